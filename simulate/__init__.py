@@ -1,0 +1,1 @@
+"""Numerical side of stagewise: compiled fields, diffrax integration, stage detection (jax)."""
