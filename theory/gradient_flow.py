@@ -109,9 +109,10 @@ class GradientFlow:
 
     def latex(self, names: dict | None = None) -> str:
         """One aligned line per coordinate: ``\\dot x_i = f_i(x)``."""
+        opts = {"symbol_names": names} if names else {}
         rows = [
-            rf"\dot{{{sp.latex(x, symbol_names=names)}}} &= "
-            rf"{sp.latex(sp.factor_terms(f), symbol_names=names)}"
+            rf"\dot{{{sp.latex(x, **opts)}}} &= "
+            rf"{sp.latex(sp.factor_terms(f), **opts)}"
             for x, f in zip(self.state, self.field)
         ]
         return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"

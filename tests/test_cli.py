@@ -1,0 +1,88 @@
+"""Behaviour of the stagewise command line: listing, derivation, bad input, the incremental-ode figure."""
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from figures.cli import main
+from theory.heads import HeadSystem, HeadSetting
+
+SPEC_README = Path(__file__).resolve().parents[2] / "shared" / "papers" / "README.md"
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["figure", "no-such-figure"], "figure"),
+    (["figure", "incremental-ode", "--eps", "-1"], "eps"),
+    (["figure", "incremental-ode", "--blocks", "30", "20"], "blocks"),
+    (["figure", "incremental-ode", "--importances", "1", "0", "1"], "importances"),
+    (["figure", "incremental-ode", "--m", "-2"], "m"),
+    (["figure", "incremental-timing", "--eps", "0"], "eps"),
+    (["derive", "nothing"], "system"),
+    (["frobnicate"], "command"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, field, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"stagewise: error: {field} = ")
+
+
+def test_list_names_every_figure_of_the_specs(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    listed = {line.split()[0] for line in out.splitlines() if line and not line.startswith("derive")}
+    if SPEC_README.exists():
+        ids = set(re.findall(r"`([a-z]+(?:-[a-z]+)+)`", SPEC_README.read_text()))
+        ids = {i for i in ids if i.split("-")[0] in
+               {"incremental", "focus", "clustering", "emergence", "mean"}}
+        assert ids and ids <= listed
+    assert {"incremental-ode", "incremental-timing"} <= listed
+
+
+def test_derive_prints_the_derived_plateaus(capsys):
+    assert main(["derive", "incremental", "--window", "6", "--m", "1.5"]) == 0
+    out = capsys.readouterr().out
+    setting = HeadSetting(window=6, m=1.5)
+    hs = HeadSystem(setting)
+    for k, L in enumerate(hs.plateau_levels()):
+        assert f"L_{k} = " in out and f"{float(L.xreplace(hs.parameter_values())):.6g}" in out
+    assert "degenerate" in out
+
+
+def test_derive_latex(capsys):
+    assert main(["derive", "incremental", "--window", "6", "--latex"]) == 0
+    assert r"\alpha" in capsys.readouterr().out
+
+
+def test_incremental_ode_quick_figure(tmp_path, capsys):
+    start = time.perf_counter()
+    assert main(["figure", "incremental-ode", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    elapsed = time.perf_counter() - start
+    run_dir = tmp_path / "incremental-ode"
+    for name in ("incremental-ode.png", "incremental-ode.pdf", "summary.json"):
+        assert (run_dir / name).stat().st_size > 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    stages = summary["stages"]
+    assert len(stages) >= 3
+    derived = summary["plateau_levels_derived"]
+    for st in stages[:-1]:  # the last level is approached algebraically (loss -> 0)
+        assert st["plateau_measured"] == pytest.approx(st["plateau_derived"], abs=1e-2)
+        assert st["plateau_derived"] == pytest.approx(derived[st["stage"]])
+    assert stages[-1]["plateau_measured"] < 1e-3
+    for st in stages:
+        assert st["measured_over_predicted"] == pytest.approx(
+            st["measured_time"] / st["predicted_time"])
+    stall = summary["stall_eps0"]
+    assert stall["final_loss"] == pytest.approx(derived[1], rel=1e-3)
+    assert stall["loss_crossings"][1:] == ["nan", "nan"]
+    assert elapsed < 60
+
+
+@pytest.mark.slow
+def test_incremental_timing_quick_figure(tmp_path):
+    assert main(["figure", "incremental-timing", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "incremental-timing" / "summary.json").read_text())
+    assert {r["metric"] for r in summary["rows"]} == {"replicator", "logit"}
+    assert all(r["measured"] != "nan" for r in summary["rows"] if r["stage"] <= 2)
