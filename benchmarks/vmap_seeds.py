@@ -23,7 +23,7 @@ def main(n: int = 64, t_max: float = 500.0):
     mids = jnp.asarray(midpoints(plateau_levels(setting)))[None]
     grid, tm = jnp.asarray(log_grid(t_max, 400)), jnp.asarray(t_max)
     theta = initial_logits(setting, np.full(n, eps), np.arange(n))
-    kw = dict(power=1, h=setting.h, progress=False, tied=1)
+    kw = {"power": 1, "h": setting.h, "progress": False, "tied": 1}
     start = time.perf_counter()
     single = _solve_batch.lower(G, theta[:1], mids, grid, tm, **kw).compile()
     compile_s = time.perf_counter() - start

@@ -10,8 +10,13 @@ import sympy as sp
 
 from figures.head_config import HeadOdeConfig
 from theory.gradient_flow import classify_spectrum
-from theory.head_stages import (escape_integral, first_escape_time_expr, lumped_mass_rate,
-                                predict_stages, vertex_decay_coefficient)
+from theory.head_stages import (
+    escape_integral,
+    first_escape_time_expr,
+    lumped_mass_rate,
+    predict_stages,
+    vertex_decay_coefficient,
+)
 from theory.heads import METRICS, HeadSystem
 
 SYSTEMS = ("incremental",)
@@ -30,12 +35,12 @@ def derive(cfg: DeriveConfig) -> str:
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
     show = sp.latex if cfg.latex else sp.sstr
-    lines = [f"Reduced head system: H = {setting.heads}, blocks = {setting.blocks}, "
-             f"T = {setting.window}, m_j = {setting.importance_values}, metric = {setting.metric}",
+    lines = [(f"Reduced head system: H = {setting.heads}, blocks = {setting.blocks}, "
+             f"T = {setting.window}, m_j = {setting.importance_values}, metric = {setting.metric}"),
              "loss  L = 1/2 ||G - sum_k v_k s_k^T||_F^2,  s_k = softmax(theta_k)",
              "field v_k' = R s_k;  replicator: theta_k' = R^T v_k;  logit: theta_k' = J(s_k) R^T v_k",
              f"G = {show(hs.G[:, :sum(setting.blocks) + 1])}  (first lags shown)",
-             f"symmetric subspace invariant: "
+             "symmetric subspace invariant: "
              + ", ".join(f"{m}: {hs.symmetric_subspace_is_invariant(m)}" for m in METRICS
                          if setting.window <= 12) if setting.window <= 12 else
              "symmetric subspace invariance: checked symbolically in the tests (small T)",
@@ -71,8 +76,8 @@ def derive(cfg: DeriveConfig) -> str:
     if setting.h >= 2 and all(b == 1 for b in setting.blocks):
         c = vertex_decay_coefficient(setting.heads, m[0], m[1])
         lines += ["", "Competitive plateau (vertex law, singleton blocks):",
-                  f"  symmetric off-vertex mass: s_2' = c s_2^2 with c = {c:.6g} "
-                  f"(= -(m_1^2 - m_2^2)/H)",
+                  (f"  symmetric off-vertex mass: s_2' = c s_2^2 with c = {c:.6g} "
+                  f"(= -(m_1^2 - m_2^2)/H)"),
                   f"  head-splitting growth: ln a ~ 2 sqrt(kappa t), kappa = m_2^2/|c| = "
                   f"{m[1] ** 2 / abs(c):.6g}; plateau ~ (ln 1/eps)^2/(4 kappa)"
                   + (" x T" if setting.metric == "logit" else "")]

@@ -8,12 +8,14 @@ the eps = 0 run (exactly equal heads) that stalls on the competitive plateau.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from figures.head_config import HeadOdeConfig
 from figures.output import format_table, write_outputs
 from simulate.head_ode import plateau_levels, solve
-from simulate.stages import RULE, first_crossing, first_rise
+from simulate.stages import RULE, first_rise
 from theory.head_stages import predict_stages
 
 FIGURE_ID = "incremental-ode"
@@ -23,7 +25,7 @@ def measured_plateaus(ts, loss, crossings) -> list[float]:
     """Loss where its log-time slope is smallest between consecutive stage crossings."""
     out = []
     edges = list(crossings) + [ts[-1]]
-    for a, b in zip(edges[:-1], edges[1:]):
+    for a, b in itertools.pairwise(edges):
         if not (np.isfinite(a) and np.isfinite(b)):
             out.append(float("nan"))
             continue

@@ -146,7 +146,7 @@ def plot(records, slopes, metrics, ms, epss):
     for row, metric in zip(axes, metrics):
         rec = [r for r in records if r["metric"] == metric]
 
-        def times(m, e, stage, key):
+        def times(m, e, stage, key, rec=rec):
             return np.array([r[key] for r in rec if r["m"] == m and r["eps"] == e
                              and r["stage"] == stage])
 

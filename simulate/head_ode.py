@@ -19,14 +19,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import diffrax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optimistix as optx  # noqa: E402
+import diffrax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
 
-from simulate.head_field import entry_losses, logit_field, loss  # noqa: E402
-from simulate.stages import midpoints  # noqa: E402
-from theory.heads import METRIC_POWER, HeadSetting, HeadSystem  # noqa: E402
+from simulate.head_field import entry_losses, logit_field, loss
+from simulate.stages import midpoints
+from theory.heads import METRIC_POWER, HeadSetting, HeadSystem
 
 RTOL, ATOL = 1e-9, 1e-12
 MAX_STEPS = 1_000_000
@@ -126,8 +126,8 @@ def solve(setting: HeadSetting, eps, seeds, t_max: float, n_save: int = 1500, ta
         theta0 = jnp.zeros_like(theta0[:, :1])
     args = (jnp.asarray(targets), theta0, jnp.asarray(mids), jnp.asarray(grid),
             jnp.asarray(float(t_max)))
-    kw = dict(power=METRIC_POWER[setting.metric], h=setting.h, progress=progress,
-              tied=setting.heads if symmetric else 1)
+    kw = {"power": METRIC_POWER[setting.metric], "h": setting.h, "progress": progress,
+              "tied": setting.heads if symmetric else 1}
     t0 = time.perf_counter()
     compiled = _solve_batch.lower(*args, **kw).compile()
     t1 = time.perf_counter()

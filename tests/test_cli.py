@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from figures.cli import main
-from theory.heads import HeadSystem, HeadSetting
+from theory.heads import HeadSetting, HeadSystem
 
 SPEC_README = Path(__file__).resolve().parents[2] / "shared" / "papers" / "README.md"
 

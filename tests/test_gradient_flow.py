@@ -93,7 +93,7 @@ def _spd(rng, n):
 
 
 def _rat(x):
-    return sp.Rational(int(round(x * 64)), 64)
+    return sp.Rational(round(x * 64), 64)
 
 
 @settings(max_examples=10, deadline=None)

@@ -1,7 +1,7 @@
 """Tests of simulate.head_field: the JAX field against the symbolic HeadSystem, and flow properties."""
 
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,7 @@ SHAPE = HeadSetting(heads=2, blocks=(1, 2), window=5)
 H, h, T = SHAPE.heads, SHAPE.h, SHAPE.window
 
 
-@lru_cache(maxsize=None)
+@cache
 def _symbolic_field(metric):
     """The symbolic (v, s) field as a numpy function of (m, alpha, v, s)."""
     hs = HeadSystem(SHAPE)

@@ -1,5 +1,6 @@
 """Tests of theory.head_stages: lumped mass rate, escape integral, vertex decay and stage predictions."""
 
+import itertools
 import math
 from functools import lru_cache
 
@@ -11,13 +12,13 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 
 from theory.head_stages import (
+    T_sym,
     b_sym,
     escape_integral,
     lumped_mass_rate,
     p_sym,
     predict_stages,
     vertex_decay_coefficient,
-    T_sym,
 )
 from theory.heads import METRIC_POWER, METRICS, HeadSetting
 
@@ -61,7 +62,7 @@ def test_lumped_rate_matches_explicit_softmax_jacobian(metric, lump):
 def test_escape_integral_matches_quadrature(metric, T, data):
     b = data.draw(st.integers(1, T // 2 - 1))
     g = sp.lambdify(p_sym, lumped_mass_rate(metric).subs({b_sym: b, T_sym: T}))
-    expected, err = quad(lambda p: 1 / g(p), b / T, 0.5, epsabs=0, epsrel=1e-12, limit=200)
+    expected, _err = quad(lambda p: 1 / g(p), b / T, 0.5, epsabs=0, epsrel=1e-12, limit=200)
     closed = float(_escape_integral(metric).subs({b_sym: b, T_sym: T}))
     assert closed == pytest.approx(expected, rel=1e-9)
     assert closed > 0
@@ -104,7 +105,7 @@ def predictions(request):
 
 
 def test_exact_symmetry_stalls_after_stage_one(predictions):
-    setting, preds = predictions
+    _setting, preds = predictions
     zero = preds[0.0]
     assert [p.stage for p in zero] == [1, 2, 3]
     assert math.isfinite(zero[0].time) and zero[0].time > 0
@@ -112,7 +113,7 @@ def test_exact_symmetry_stalls_after_stage_one(predictions):
 
 
 def test_times_grow_as_eps_shrinks_and_are_ordered(predictions):
-    setting, preds = predictions
+    _setting, preds = predictions
     big, small = preds[1e-3], preds[1e-6]
     # stage 1 does not depend on eps (early-time law)
     assert big[0].time == small[0].time
@@ -121,7 +122,7 @@ def test_times_grow_as_eps_shrinks_and_are_ordered(predictions):
         assert b.time > a.time
     for pred in (big, small):
         times = [p.time for p in pred]
-        assert all(t0 < t1 for t0, t1 in zip(times, times[1:]))
+        assert all(t0 < t1 for t0, t1 in itertools.pairwise(times))
 
 
 def test_plateaus_chain_and_blocks_follow_importance(predictions):
@@ -131,7 +132,7 @@ def test_plateaus_chain_and_blocks_follow_importance(predictions):
     w = [0.5 * x**2 for x in m]
     assert [p.block for p in pred] == list(np.argsort(w)[::-1])
     assert pred[0].plateau_before == pytest.approx(sum(w), rel=1e-12)
-    for a, b in zip(pred, pred[1:]):
+    for a, b in itertools.pairwise(pred):
         assert a.plateau_after == b.plateau_before
     assert pred[-1].plateau_after == 0
 
@@ -144,7 +145,7 @@ def test_first_stage_time_solves_the_lumped_integral():
         t1 = predict_stages(setting, 1e-3)[0].time
         b, T, m1, a1 = 2, 9, 1.5, 1.5
         g = sp.lambdify(p_sym, lumped_mass_rate(metric).subs({b_sym: b, T_sym: T}))
-        integral, _ = quad(lambda p: 1 / g(p), b / T, 0.5, epsrel=1e-12)
+        integral, _ = quad(lambda p, g=g: 1 / g(p), b / T, 0.5, epsrel=1e-12)
         assert t1 == pytest.approx(math.sqrt(2 * b * T * integral / (m1**2 * a1**2)), rel=1e-9)
 
 

@@ -1,6 +1,7 @@
 """Tests of theory.heads: fixed points, plateau levels, symmetric subspace, Jacobian and validation."""
 
-from functools import lru_cache
+import itertools
+from functools import cache
 
 import numpy as np
 import pytest
@@ -25,13 +26,13 @@ WINDOW = 6
 quarters = st.integers(1, 12).map(lambda n: n / 4)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _system(heads, blocks, window):
     """The symbolic system depends on the shape only (m and alpha stay symbols)."""
     return HeadSystem(HeadSetting(heads=heads, blocks=blocks, window=window))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _flow(heads, blocks, window, metric) -> GradientFlow:
     flow = _system(heads, blocks, window).flow(metric)
     flow.field  # noqa: B018 (build once)
@@ -48,7 +49,7 @@ def _evaluate(point, vals):
 
 
 @st.composite
-def head_settings(draw, heads=st.sampled_from([2, 3])):
+def head_settings(draw, heads=st.sampled_from([2, 3])):  # noqa: B008  (hypothesis idiom)
     H = draw(heads)
     blocks = tuple(draw(st.lists(st.integers(1, 2), min_size=2, max_size=2)))
     importances = tuple(draw(st.lists(quarters, min_size=2, max_size=2)))
@@ -74,7 +75,7 @@ def test_stage_points_are_zeros_of_both_fields_with_the_plateau_loss(setting):
     levels = [float(L.xreplace(vals)) for L in hs.plateau_levels()]
     expected = _expected_levels(setting)
     np.testing.assert_allclose(levels, expected, rtol=1e-12, atol=1e-12)
-    assert all(a >= b for a, b in zip(levels, levels[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(levels))
     assert levels[0] == pytest.approx(0.5 * float(np.sum(setting.target() ** 2)), rel=1e-12)
     if setting.heads >= setting.h:
         assert levels[-1] == 0
@@ -196,7 +197,7 @@ def test_competitive_point_spectrum(shape, metric):
         1.5 - 0.25 * j for j in range(len(blocks))), metric=metric)
     hs = HeadSystem(setting)
     point = hs.stage_point(1)
-    v, s = hs.point_arrays(point)
+    _v, s = hs.point_arrays(point)
     assert np.allclose(s, s[0])  # symmetric point
     spec = hs.tangent_spectrum(point)
     scale = np.max(np.abs(spec))
@@ -235,20 +236,20 @@ def test_ladder_orders_blocks_by_captured_loss():
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        (dict(m=-1.0), "m"),
-        (dict(m=0.0), "m"),
-        (dict(m=float("nan")), "m"),
-        (dict(blocks=(3, 3), window=5), "blocks"),
-        (dict(blocks=(0, 1)), "blocks"),
-        (dict(blocks=()), "blocks"),
-        (dict(importances=(1.0, 0.0, 1.0)), "importances"),
-        (dict(importances=(1.0, -2.0, 1.0)), "importances"),
-        (dict(importances=(1.0, 1.0)), "importances"),
-        (dict(alpha=(1.0, 0.0, 1.0)), "alpha"),
-        (dict(alpha=(1.0, 1.0)), "alpha"),
-        (dict(metric="euclid"), "metric"),
-        (dict(heads=0), "heads"),
-        (dict(window=1, blocks=(1,)), "window"),
+        ({"m": -1.0}, "m"),
+        ({"m": 0.0}, "m"),
+        ({"m": float("nan")}, "m"),
+        ({"blocks": (3, 3), "window": 5}, "blocks"),
+        ({"blocks": (0, 1)}, "blocks"),
+        ({"blocks": ()}, "blocks"),
+        ({"importances": (1.0, 0.0, 1.0)}, "importances"),
+        ({"importances": (1.0, -2.0, 1.0)}, "importances"),
+        ({"importances": (1.0, 1.0)}, "importances"),
+        ({"alpha": (1.0, 0.0, 1.0)}, "alpha"),
+        ({"alpha": (1.0, 1.0)}, "alpha"),
+        ({"metric": "euclid"}, "metric"),
+        ({"heads": 0}, "heads"),
+        ({"window": 1, "blocks": (1,)}, "window"),
     ],
 )
 def test_setting_validation(kwargs, field):

@@ -260,8 +260,8 @@ def field_jacobian(G: np.ndarray, v: np.ndarray, s: np.ndarray, power: int) -> n
     R = G - v.T @ s
     n = H * h + H * T
     jac = np.zeros((n, n))
-    vi = lambda k: slice(k * h, (k + 1) * h)  # noqa: E731
-    si = lambda k: slice(H * h + k * T, H * h + (k + 1) * T)  # noqa: E731
+    vi = lambda k: slice(k * h, (k + 1) * h)
+    si = lambda k: slice(H * h + k * T, H * h + (k + 1) * T)
     for k in range(H):
         Jk = np.diag(s[k]) - np.outer(s[k], s[k])
         Mk = np.linalg.matrix_power(Jk, power)
