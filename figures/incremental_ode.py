@@ -15,10 +15,13 @@ import numpy as np
 from figures.head_config import HeadOdeConfig
 from figures.output import format_table, write_outputs
 from simulate.head_ode import plateau_levels, solve
+from simulate.lumped_escape import lumped_escape_time
 from simulate.stages import RULE, first_rise
 from theory.head_stages import predict_stages
+from theory.heads import HeadSystem
 
 FIGURE_ID = "incremental-ode"
+STAGE1_EVENT = "head-averaged attention mass on the lead block = 1/2"
 
 
 def measured_plateaus(ts, loss, crossings) -> list[float]:
@@ -54,13 +57,16 @@ def run(cfg: HeadOdeConfig) -> dict:
                   levels=levels, progress=not cfg.quiet)
     sym = solve(setting, [0.0], [cfg.seed], cfg.horizon, n_save=len(batch.ts), levels=levels,
                 symmetric=True)
-    pred = predict_stages(setting, cfg.noise)
-    lead = pred[0].block
+    lead = HeadSystem(setting).ladder()[0]
+    pred = predict_stages(setting, cfg.noise, t1=lumped_escape_time(setting, lead))
+    t1_closed = predict_stages(setting, cfg.noise)[0].time
     ts = batch.ts
     noisy = range(seeds)
-    measured = batch.crossings[:seeds]
+    boundaries = batch.crossings[:seeds]
     mass_t1 = np.array([lead_mass_time(ts, batch.s[b], setting.lags(lead)) for b in noisy])
-    plateaus = np.array([measured_plateaus(ts, batch.loss[b], measured[b]) for b in noisy])
+    # each stage is measured at the event its prediction is about
+    measured = np.concatenate([mass_t1[:, None], boundaries[:, 1:]], axis=1)
+    plateaus = np.array([measured_plateaus(ts, batch.loss[b], boundaries[b]) for b in noisy])
     stall = sym.loss[0]
     untied_spread = float(np.max(np.abs(batch.s[-1] - batch.s[-1][:, :1, :])))
 
@@ -71,25 +77,26 @@ def run(cfg: HeadOdeConfig) -> dict:
         k = p.stage
         m_k = float(np.nanmean(measured[:, k - 1]))
         ratio = m_k / p.time if p.time and np.isfinite(p.time) else float("nan")
+        event = STAGE1_EVENT if k == 1 else "loss midpoint"
         entry = {"stage": k, "block": p.block + 1, "plateau_derived": p.plateau_after,
                  "plateau_measured": float(np.nanmean(plateaus[:, k - 1])),
-                 "predicted_time": p.time, "prediction_rule": p.rule,
+                 "event": event, "predicted_time": p.time, "prediction_rule": p.rule,
                  "measured_time": m_k, "measured_time_per_seed": measured[:, k - 1],
-                 "measured_over_predicted": ratio}
+                 "measured_over_predicted": ratio,
+                 "loss_midpoint_time": float(np.nanmean(boundaries[:, k - 1]))}
         if k == 1:
-            entry["measured_mass_time"] = float(np.nanmean(mass_t1))
-            entry["mass_over_predicted"] = float(np.nanmean(mass_t1)) / p.time
+            entry["closed_form_predicted_time"] = t1_closed
         stages.append(entry)
-        rows.append([k, p.block + 1, p.plateau_after, entry["plateau_measured"], p.time, m_k,
-                     ratio])
-    table = format_table(["stage", "block", "L_k derived", "L_k measured", "t predicted",
-                          "t measured", "measured/pred"], rows)
+        rows.append([k, p.block + 1, p.plateau_after, entry["plateau_measured"],
+                     "lead mass 1/2" if k == 1 else event, p.time, m_k, ratio])
+    table = format_table(["stage", "block", "L_k derived", "L_k measured", "event",
+                          "t predicted", "t measured", "measured/pred"], rows)
     fig = plot(cfg, setting, batch, sym, seeds, levels, pred, measured)
     summary = {
         "setting": setting.__dict__, "eps": cfg.noise, "seeds": seed_ids[:seeds],
         "t_max": cfg.horizon, "plateau_levels_derived": levels,
-        "stage_time_rule": RULE + "; located by diffrax events",
-        "stage1_prediction_event": "head-averaged attention mass on the lead block = 1/2",
+        "stage_time_rule": f"stage 1: {STAGE1_EVENT}; stages >= 2: " + RULE
+                           + "; loss crossings located by diffrax events",
         "stages": stages,
         "stall_eps0": {"final_loss": float(stall[-1]), "plateau_L1": levels[1],
                        "loss_crossings": sym.crossings[0],
@@ -104,8 +111,8 @@ def run(cfg: HeadOdeConfig) -> dict:
     }
     paths = write_outputs(cfg.run_dir(FIGURE_ID), FIGURE_ID, fig, summary)
     print(table)
-    print(f"stage 1 by attention mass = 1/2: measured {np.nanmean(mass_t1):.4g}, "
-          f"predicted {pred[0].time:.4g}")
+    print(f"stage 1: closed-form early-time prediction {t1_closed:.4g} (values frozen at linear "
+          f"growth), lumped symmetric system {pred[0].time:.4g}, measured {np.nanmean(mass_t1):.4g}")
     print(f"eps = 0 (symmetric subspace): final loss {stall[-1]:.6g} (L_1 = {levels[1]:.6g}); "
           f"untied float64 run: heads differ by {untied_spread:.1e}, stage crossings "
           f"{np.round(batch.crossings[-1], 2).tolist()}")
@@ -168,7 +175,8 @@ def plot(cfg, setting, batch, sym, seeds, levels, pred, measured):
         ax.annotate(f"$L_{k}$", (ts[0], L), color="tab:blue", va="bottom", fontsize=8)
     stage_lines(ax)
     ax.plot([], [], color="k", ls="--", lw=0.8, label="predicted stage time")
-    ax.plot([], [], color="tab:red", ls=":", label="measured stage time (seed 0)")
+    ax.plot([], [], color="tab:red", ls=":",
+            label="measured (seed 0; stage 1: lead-block mass 1/2, later: loss midpoint)")
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_xscale("log")
     ax.set_xlabel("ODE time t (log scale)")

@@ -12,12 +12,17 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 
 from theory.head_stages import (
+    H_sym,
     T_sym,
+    a_sym,
     b_sym,
     escape_integral,
     lumped_mass_rate,
+    lumped_symmetric_field,
+    m1_sym,
     p_sym,
     predict_stages,
+    u_sym,
     vertex_decay_coefficient,
 )
 from theory.heads import METRIC_POWER, METRICS, HeadSetting
@@ -153,3 +158,26 @@ def test_non_singleton_blocks_leave_later_stages_underived():
     pred = predict_stages(HeadSetting(heads=2, blocks=(2, 1), window=6), 1e-3)
     assert pred[0].time is not None and math.isfinite(pred[0].time)
     assert [p.time for p in pred[1:]] == [None]
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@settings(max_examples=15, deadline=None)
+@given(p=st.floats(0.05, 0.95), u=st.floats(-2.0, 2.0), m1=st.floats(0.5, 3.0),
+       a=st.floats(0.5, 2.0))
+def test_lumped_symmetric_field_is_the_exact_field_on_its_subspace(metric, p, u, m1, a):
+    """Equal heads, lead block of b lags carrying mass p uniformly, other rows of G zero: the 2-D
+    lumped system equals the exact (v, s) field summed over the block."""
+    H, b, T, h = 3, 2, 7, 2
+    G = np.zeros((h, T))
+    G[0, :b] = m1 * a
+    s = np.r_[np.full(b, p / b), np.full(T - b, (1 - p) / (T - b))]
+    S, V = np.tile(s, (H, 1)), np.tile([u, 0.0], (H, 1))
+    R = G - V.T @ S
+    dv = (R @ S.T).T
+    f = V @ R
+    for _ in range(METRIC_POWER[metric]):
+        f = S * (f - np.sum(S * f, axis=1, keepdims=True))
+    dp, du = (float(e.subs({H_sym: H, b_sym: b, T_sym: T, m1_sym: m1, a_sym: a, p_sym: p,
+                            u_sym: u})) for e in lumped_symmetric_field(metric))
+    assert dp == pytest.approx(f[0, :b].sum(), rel=1e-10, abs=1e-12)
+    assert du == pytest.approx(dv[0, 0], rel=1e-10, abs=1e-12)

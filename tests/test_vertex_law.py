@@ -37,3 +37,16 @@ def test_stage_one_time_matches_the_early_time_integral(delays):
     t, pred = delays
     # the loss midpoint is passed slightly before the block mass reaches 1/2
     assert np.all(t[:, 0] < pred[:, 0]) and np.all(t[:, 0] > 0.7 * pred[:, 0])
+
+
+@pytest.mark.parametrize("metric,t_max", [("replicator", 60.0), ("logit", 200.0)])
+def test_lumped_symmetric_system_predicts_the_stage_one_event(metric, t_max):
+    """The lumped system drops only the weaker blocks, whose drive is (m_2/m_1)^2 = 1/m^2 of the
+    lead block's: at m = 2 the predicted mass-1/2 time is within a few percent of the full ODE."""
+    from figures.incremental_ode import lead_mass_time
+    from simulate.lumped_escape import lumped_escape_time
+
+    setting = HeadSetting(m=2.0, metric=metric)
+    batch = solve(setting, [1e-6], [0], t_max, n_save=1500)
+    measured = lead_mass_time(batch.ts, batch.s[0], setting.lags(0))
+    assert lumped_escape_time(setting) == pytest.approx(measured, rel=0.05)

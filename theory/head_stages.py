@@ -7,7 +7,9 @@ other ``T - b`` lags gives ``p' = g(p) Delta(t)`` with ``g`` derived below from 
 or ``J(s)^2`` (logit); the predicted stage-1 time is the time at which ``p = 1/2``:
 ``int_{b/T}^{1/2} dp / g(p) = m_1^2 ||alpha||_1^2 t_1^2 / (2 b T)``. For the replicator this is the
 spec's ``t_1^(A)``; for the logit metric the spec's constant-``J`` estimate is replaced by the exact
-lumped integral (the spec's value is ~1.8x too late at the paper setting).
+lumped integral (the spec's value is ~1.8x too late at the paper setting). Both forms neglect the
+saturation of the values; ``lumped_symmetric_field`` keeps it (2-D system, integrated in
+``simulate.lumped_escape``), and that is the stage-1 prediction the figures use.
 
 Later stages (singleton blocks). Every clustered fixed point is a vertex of the simplices and its
 Jacobian is nilpotent in the head-splitting directions (spectrum: zeros and the value relaxation
@@ -35,22 +37,39 @@ import sympy as sp
 from theory.heads import METRIC_POWER, HeadSetting, HeadSystem
 
 p_sym, b_sym, T_sym = sp.symbols("p b T", positive=True)
+u_sym = sp.Symbol("u", real=True)
+H_sym, m1_sym, a_sym = sp.symbols("H m_1 a", positive=True)
+
+
+def _lumped_metric(f_in, f_out, metric: str):
+    """J(s)^n f on vectors constant on the lead block (mass p over b lags) and on the other
+    T - b lags (mass 1 - p shared equally)."""
+    b, T, p = b_sym, T_sym, p_sym
+    s_in, s_out = p / b, (1 - p) / (T - b)
+    for _ in range(METRIC_POWER[metric]):
+        mean = b * s_in * f_in + (T - b) * s_out * f_out
+        f_in, f_out = s_in * (f_in - mean), s_out * (f_out - mean)
+    return f_in, f_out
 
 
 def lumped_mass_rate(metric: str) -> sp.Expr:
     """g(p) with ``p' = g(p) Delta``: J(s)^n applied to a drive Delta on a block of b lags, the
     other T - b lags sharing the remaining mass equally."""
-    b, T, p = b_sym, T_sym, p_sym
+    f_in, _ = _lumped_metric(sp.Integer(1), sp.Integer(0), metric)
+    return sp.factor(sp.simplify(b_sym * f_in))
+
+
+def lumped_symmetric_field(metric: str) -> tuple[sp.Expr, sp.Expr]:
+    """(p', u') of H equal heads when only the lead block is present (the other rows of G set to 0):
+    attention mass p spread uniformly over the block's b lags (weight a each) and value u on its
+    feature. Block and complement are each invariant classes, so this 2-D system is exact on that
+    subspace; it keeps what the closed form drops, the saturation of the value (P is not small)."""
+    b, T, p, u, H = b_sym, T_sym, p_sym, u_sym, H_sym
     s_in, s_out = p / b, (1 - p) / (T - b)
-
-    def J(f_in, f_out):  # J(s) f on class-constant vectors
-        mean = b * s_in * f_in + (T - b) * s_out * f_out
-        return s_in * (f_in - mean), s_out * (f_out - mean)
-
-    f = (sp.Integer(1), sp.Integer(0))
-    for _ in range(METRIC_POWER[metric]):
-        f = J(*f)
-    return sp.factor(sp.simplify(b * f[0]))
+    r_in, r_out = m1_sym * a_sym - H * u * s_in, -H * u * s_out  # residual on the lead feature
+    du = b * r_in * s_in + (T - b) * r_out * s_out
+    f_in, _ = _lumped_metric(r_in * u, r_out * u, metric)
+    return sp.simplify(b * f_in), sp.expand(du)
 
 
 def escape_integral(metric: str) -> sp.Expr:
@@ -113,9 +132,14 @@ class StagePrediction:
     rule: str
 
 
-def predict_stages(setting: HeadSetting, eps: float) -> list[StagePrediction]:
+def predict_stages(setting: HeadSetting, eps: float, t1: float | None = None
+                   ) -> list[StagePrediction]:
     """Predicted stage sequence, plateau levels and times for a head-splitting noise ``eps``
-    (standard deviation of the initial logits)."""
+    (standard deviation of the initial logits).
+
+    ``t1`` replaces the closed-form stage-1 time (e.g. by the lumped symmetric system integrated in
+    ``simulate.lumped_escape``); the plateau-entry masses of the vertex law stay those of the
+    closed-form early-time solution."""
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
     levels = [float(L.xreplace(vals)) for L in hs.plateau_levels()]
@@ -125,16 +149,18 @@ def predict_stages(setting: HeadSetting, eps: float) -> list[StagePrediction]:
           for j in range(setting.h)]
     singleton = all(b == 1 for b in setting.blocks)
     lead = ladder[0]
-    t1 = first_escape_time(setting, lead)
-    out = [StagePrediction(1, lead, levels[0], levels[1], t1,
-                           "block-1 attention mass reaches 1/2 (lumped early-time integral)")]
+    t_closed = first_escape_time(setting, lead)
+    rule = ("lead-block attention mass reaches 1/2: "
+            + ("closed-form early-time integral" if t1 is None else "lumped symmetric system"))
+    t1 = t_closed if t1 is None else t1
+    out = [StagePrediction(1, lead, levels[0], levels[1], t1, rule)]
     if not singleton:
         for k in range(2, hs.stage_count() + 1):
             out.append(StagePrediction(k, ladder[k - 1], levels[k - 1], levels[k], None,
                                        "not derived: vertex law needs singleton blocks"))
         return out
     # Logit gaps accumulated by the time p = 1/2 set each off-vertex mass at the plateau entry.
-    gap_scale = t1**2 / (2 * T) / (1 if setting.metric == "replicator" else T - 1)
+    gap_scale = t_closed**2 / (2 * T) / (1 if setting.metric == "replicator" else T - 1)
     mass = {j: math.exp(mt[j] ** 2 * gap_scale) / (2 * (T - 1)) for j in ladder[1:]}
     t_prev, L = t1, (math.log(1 / eps) if eps > 0 else math.inf)
     for k in range(2, hs.stage_count() + 1):
