@@ -1,0 +1,50 @@
+"""Registry of the experiments ``stagewise run`` and ``stagewise sweep`` know."""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from simulate import head_training
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    config: type
+    run: Callable
+
+
+EXPERIMENTS = {
+    head_training.NAME: Experiment(
+        head_training.NAME,
+        "reduced head system trained step by step (Euler/GD/Adam) through the run store",
+        head_training.HeadTrainConfig, head_training.run),
+}
+
+
+def resumed_config(experiment: Experiment, run_dir: Path, quiet: bool):
+    """The config a stored run was started with, set to resume from ``run_dir``."""
+    stored = json.loads((Path(run_dir) / "config.json").read_text())
+    if stored["experiment"] != experiment.name:
+        from theory.validation import ConfigError
+        raise ConfigError("resume", str(run_dir),
+                          f"a run directory of experiment {experiment.name!r} "
+                          f"(this one is {stored['experiment']!r})")
+    hints = typing.get_type_hints(experiment.config)
+    values = {}
+    for f in fields(experiment.config):
+        if f.name not in stored["config"]:
+            continue
+        value = stored["config"][f.name]
+        if isinstance(value, list):
+            value = tuple(value)
+        elif value is not None and hints[f.name] in (Path, Path | None):
+            value = Path(value)
+        values[f.name] = value
+    values.update(resume=Path(run_dir), out=Path(run_dir), quiet=quiet)
+    return experiment.config(**values)

@@ -1,0 +1,207 @@
+"""Chunked, vmapped training through the run store (ARCHITECTURE §2, Trainer).
+
+A run is a sequence of chunks; each chunk is one compiled program (``jax.jit`` of ``jax.vmap`` over
+seeds of a ``lax.scan`` over logged rows of a ``lax.scan`` over steps). Between chunks the logged
+rows are appended to the store and the whole state (parameters, optimizer state, PRNG keys, step)
+is checkpointed, so SIGINT/SIGTERM or an exception loses at most the chunk in flight, and a resumed
+run continues with bit-identical state.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import xarray as xr
+from tqdm.auto import tqdm
+
+from simulate.store import RunStore
+
+INIT, NOISE, DATA = 0, 1, 2
+"""Tags folded into each seed's key: separate streams for initialisation, noise and data."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the trainer needs of an experiment, for one seed (the trainer vmaps over seeds).
+
+    ``init(init_key, noise_key) -> params``; ``loss_and_direction(params, data_key) -> (loss, g)``
+    where the update follows ``-g`` through the optimizer (``g`` is the gradient, or minus the
+    vector field of a non-Euclidean flow); ``observe(params) -> {name: array}`` with the extra dims
+    of each observable in ``dims``."""
+
+    init: Callable[[jax.Array, jax.Array], Any]
+    loss_and_direction: Callable[[Any, jax.Array], tuple[jax.Array, Any]]
+    observe: Callable[[Any], dict[str, jax.Array]]
+    dims: dict[str, tuple[str, ...]]
+    coords: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: int
+    """total optimizer steps."""
+    log_every: int
+    """steps between logged rows."""
+    chunk: int
+    """steps per compiled chunk (a multiple of log_every dividing steps)."""
+
+
+class DivergenceError(RuntimeError):
+    def __init__(self, step: int, quantity: str, seed: int):
+        self.step, self.quantity, self.seed = step, quantity, seed
+        super().__init__(f"diverged at step {step}: non-finite {quantity} (seed {seed}); "
+                         "the rows logged before it are kept")
+
+
+class Interrupted(RuntimeError):
+    def __init__(self, signum: int, step: int):
+        self.signum, self.step = signum, step
+        super().__init__(f"interrupted by {signal.Signals(signum).name} after step {step}; "
+                         "resume with --resume")
+
+
+@dataclass
+class TrainResult:
+    dataset: xr.Dataset
+    """rows logged by this call (on resume: the rows after the checkpoint)."""
+    compile_seconds: float
+    run_seconds: float
+
+
+def seed_streams(seed_ids) -> dict[str, jax.Array]:
+    """Per seed id: independent init, noise and data keys (``fold_in`` of the seed's key)."""
+    base = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seed_ids, dtype=jnp.uint32))
+    return {name: jax.vmap(lambda k, t=tag: jax.random.fold_in(k, t))(base)
+            for name, tag in (("init", INIT), ("noise", NOISE), ("data", DATA))}
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def _chunk_program(problem: Problem, optimizer, schedule: Schedule):
+    def one_step(carry, _):
+        params, opt_state, key, step, bad, bad_kind = carry
+        key, sub = jax.random.split(key)
+        loss, g = problem.loss_and_direction(params, sub)
+        updates, opt_state = optimizer.update(g, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        loss_ok, params_ok = jnp.isfinite(loss), _all_finite(params)
+        first = (bad < 0) & ~(loss_ok & params_ok)
+        bad = jnp.where(first, step, bad)
+        bad_kind = jnp.where(first, jnp.where(loss_ok, 1, 0), bad_kind)
+        return (params, opt_state, key, step + 1, bad, bad_kind), None
+
+    def log_row(carry, _):
+        carry, _ = jax.lax.scan(one_step, carry, None, length=schedule.log_every)
+        return carry, problem.observe(carry[0])
+
+    def chunk(carry):
+        return jax.lax.scan(log_row, carry, None, length=schedule.chunk // schedule.log_every)
+
+    return jax.jit(jax.vmap(chunk))
+
+
+def _to_dataset(problem: Problem, rows: dict, steps, seed_ids) -> xr.Dataset:
+    data = {name: (("seed", "step", *problem.dims[name]), np.asarray(value))
+            for name, value in rows.items()}
+    return xr.Dataset(data, coords={"seed": np.asarray(seed_ids), "step": np.asarray(steps),
+                                    **problem.coords})
+
+
+class _SignalFlag:
+    """Turns SIGINT/SIGTERM into a flag checked between chunks."""
+
+    def __init__(self):
+        self.signum = None
+
+    def __enter__(self):
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunStore | None,
+          resume: bool = False, progress: bool = True) -> TrainResult:
+    """Run (or resume) a training run; with ``store=None`` nothing is written (for benchmarks)."""
+    seed_ids = list(seed_ids)
+    keys = seed_streams(seed_ids)
+    params = jax.vmap(problem.init)(keys["init"], keys["noise"])
+    n = len(seed_ids)
+    state = (params, jax.vmap(optimizer.init)(params), keys["data"], jnp.zeros(n, jnp.int32),
+             jnp.full(n, -1, jnp.int32), jnp.full(n, -1, jnp.int32))
+    treedef = jax.tree_util.tree_structure(state)
+    rows_done, step = 0, 0
+    if resume:
+        leaves, step, rows_done = store.load_checkpoint()
+        store.truncate(rows_done)
+        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
+    pieces = []
+    if step == 0:
+        first = _to_dataset(problem, jax.tree_util.tree_map(
+            lambda x: np.asarray(x)[:, None], jax.vmap(problem.observe)(params)), [0], seed_ids)
+        pieces.append(first)
+        if store is not None:
+            store.append(first, rows_per_chunk=schedule.chunk // schedule.log_every)
+            rows_done = 1
+            store.save_checkpoint([np.asarray(x) for x in jax.tree_util.tree_leaves(state)], 0, 1)
+
+    t0 = time.perf_counter()
+    program = _chunk_program(problem, optimizer, schedule).lower(state).compile()
+    compile_seconds = time.perf_counter() - t0
+    run_seconds = 0.0
+    per_row = schedule.log_every
+    bar = tqdm(total=schedule.steps, initial=step, disable=not progress, unit="step",
+               dynamic_ncols=True)
+    try:
+        with _SignalFlag() as flag:
+            while step < schedule.steps:
+                t1 = time.perf_counter()
+                state, rows = jax.block_until_ready(program(state))
+                run_seconds += time.perf_counter() - t1
+                steps = step + per_row * np.arange(1, schedule.chunk // per_row + 1)
+                rows = jax.tree_util.tree_map(np.asarray, rows)
+                bad = np.asarray(state[4])
+                if np.any(bad >= 0):
+                    b = int(bad[bad >= 0].min())
+                    who = int(np.nonzero(bad == b)[0][0])
+                    quantity = "loss" if int(np.asarray(state[5])[who]) == 0 else "parameters"
+                    keep = steps < b if quantity == "loss" else steps <= b
+                    kept = _to_dataset(problem, {k: v[:, keep] for k, v in rows.items()},
+                                       steps[keep], seed_ids)
+                    pieces.append(kept)
+                    if store is not None and keep.any():
+                        store.append(kept)
+                    raise DivergenceError(b, quantity, seed_ids[who])
+                chunk_ds = _to_dataset(problem, rows, steps, seed_ids)
+                pieces.append(chunk_ds)
+                step = int(steps[-1])
+                if store is not None:
+                    store.append(chunk_ds)
+                    rows_done += len(steps)
+                    store.save_checkpoint(
+                        [np.asarray(x) for x in jax.tree_util.tree_leaves(state)], step, rows_done)
+                bar.update(schedule.chunk)
+                if "loss" in rows:
+                    bar.set_postfix(loss=f"{float(np.nanmean(rows['loss'][:, -1])):.4g}")
+                if flag.signum is not None and step < schedule.steps:
+                    raise Interrupted(flag.signum, step)
+    finally:
+        bar.close()
+    return TrainResult(xr.concat(pieces, dim="step"), compile_seconds, run_seconds)

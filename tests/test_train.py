@@ -1,0 +1,136 @@
+"""The chunked trainer through the run store: determinism, resume, divergence, failures,
+progress, and the heads-gd experiment's stage summary."""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from simulate.head_training import HeadTrainConfig, problem, run
+from simulate.store import RunStore, load
+from simulate.train import seed_streams
+
+SMALL = {"heads": 2, "blocks": (1, 1), "window": 6, "m": 1.7, "lr": 0.01, "steps": 600, "chunk": 200,
+             "log_every": 50, "seeds": 2, "quiet": True}
+
+
+def cfg_(tmp_path, name, **kw):
+    return HeadTrainConfig(**{**SMALL, "out": tmp_path / name, **kw})
+
+
+def test_two_runs_with_one_seed_are_identical(tmp_path):
+    a, _ = load(run(cfg_(tmp_path, "a", seeds=1)))
+    b, _ = load(run(cfg_(tmp_path, "b", seeds=1)))
+    for v in a.data_vars:
+        np.testing.assert_array_equal(a[v].values, b[v].values)
+    c, _ = load(run(cfg_(tmp_path, "c", seeds=1, seed=1)))
+    assert not np.array_equal(a["value"].values, c["value"].values)
+
+
+def test_seed_streams_are_separate_and_recorded(tmp_path):
+    streams = seed_streams([0, 1])
+    flat = [np.asarray(streams[k][i]).tobytes() for k in streams for i in range(2)]
+    assert len(set(flat)) == len(flat)
+    path = run(cfg_(tmp_path, "s"))
+    config = json.loads((path / "config.json").read_text())
+    assert config["seeds"]["seed_ids"] == [0, 1]
+    assert set(config["seeds"]["streams"]) == {"init", "noise", "data"}
+
+
+def test_trajectory_has_named_dims_and_a_row_every_log_every(tmp_path):
+    ds, config = load(run(cfg_(tmp_path, "d")))
+    assert ds["block_mass"].dims == ("seed", "step", "head", "block")
+    np.testing.assert_array_equal(ds["step"].values, np.arange(0, 601, 50))
+    assert config["config"]["lr"] == SMALL["lr"]
+    np.testing.assert_allclose(ds["block_mass"].sum("block").values <= 1 + 1e-12, True)
+
+
+def test_resume_after_a_crash_between_append_and_checkpoint(tmp_path, monkeypatch):
+    full, _ = load(run(cfg_(tmp_path, "full")))
+    calls = {"n": 0}
+    original = RunStore.save_checkpoint
+
+    def flaky(self, leaves, step, rows):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the chunk ending at step 400 was appended, its checkpoint is lost
+            raise OSError("disk went away")
+        return original(self, leaves, step, rows)
+
+    monkeypatch.setattr(RunStore, "save_checkpoint", flaky)
+    with pytest.raises(OSError):
+        run(cfg_(tmp_path, "crash"))
+    monkeypatch.setattr(RunStore, "save_checkpoint", original)
+    crashed, _ = load(tmp_path / "crash")  # readable after the exception
+    assert crashed.sizes["step"] == 9  # rows 0..400: the failed chunk's rows are on disk
+    _, step, rows = RunStore(tmp_path / "crash").load_checkpoint()
+    assert (step, rows) == (200, 5)
+    summary = json.loads((tmp_path / "crash" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    resumed = HeadTrainConfig(**{**SMALL, "out": tmp_path / "crash",
+                                 "resume": tmp_path / "crash"})
+    ds, _ = load(run(resumed))
+    for v in full.data_vars:
+        np.testing.assert_array_equal(ds[v].values, full[v].values)
+
+
+def _first_nonfinite_step(cfg):
+    """Independent replay of the same updates, one step at a time, without the trainer."""
+    prob, opt = problem(cfg), optax.sgd(cfg.lr)
+    keys = seed_streams(cfg.seed_ids)
+    first = None
+    for i in range(cfg.seeds):
+        params = prob.init(keys["init"][i], keys["noise"][i])
+        state, key = opt.init(params), keys["data"][i]
+        for step in range(cfg.steps):
+            key, sub = jax.random.split(key)
+            loss, g = prob.loss_and_direction(params, sub)
+            if not np.isfinite(float(loss)):
+                first = step if first is None else min(first, step)
+                break
+            updates, state = opt.update(g, state, params)
+            params = optax.apply_updates(params, updates)
+    return first
+
+
+def test_divergence_stops_at_the_first_nonfinite_step_and_keeps_the_data(tmp_path):
+    from simulate.train import DivergenceError
+
+    cfg = cfg_(tmp_path, "div", metric="logit", lr=50.0, steps=400, chunk=50, log_every=10)
+    expected = _first_nonfinite_step(cfg)
+    assert expected is not None and cfg.chunk < expected < cfg.steps  # in a later chunk
+    with pytest.raises(DivergenceError) as info:
+        run(cfg)
+    assert info.value.step == expected and info.value.quantity == "loss"
+    ds, _ = load(cfg.out)
+    assert ds["step"].values[-1] < expected
+    assert ds["step"].values[-1] >= expected - cfg.log_every
+    assert np.all(np.isfinite(ds["loss"].values))
+    summary = json.loads((cfg.out / "summary.json").read_text())
+    assert summary["status"] == "diverged" and str(expected) in summary["error"]
+
+
+def test_progress_bar_shows_steps_and_loss(tmp_path, capsys):
+    run(dataclasses.replace(cfg_(tmp_path, "p"), quiet=False))
+    err = capsys.readouterr().err
+    assert "600/600" in err and "loss=" in err
+
+
+def test_stage_summary_beside_the_theory(tmp_path):
+    cfg = HeadTrainConfig(heads=3, window=40, m=1.7, steps=20000, chunk=5000, log_every=100,
+                          seeds=2, quiet=True, out=tmp_path / "stages")
+    summary = json.loads((run(cfg) / "summary.json").read_text())
+    first, second = summary["stages"][:2]
+    assert first["measured_over_predicted"] == pytest.approx(1.0, abs=0.05)
+    assert 0.8 < second["measured_over_predicted"] < 1.25
+    ds, _ = load(cfg.out)
+    level = summary["plateau_levels_derived"][2]
+    assert float(ds["loss"].isel(step=-1).mean()) == pytest.approx(level, rel=1e-2)
+
+
+def test_store_off_writes_nothing(tmp_path):
+    result = run(dataclasses.replace(cfg_(tmp_path, "none"), store=False))
+    assert not (tmp_path / "none").exists()
+    assert result.dataset.sizes["step"] == SMALL["steps"] // SMALL["log_every"] + 1
