@@ -45,6 +45,8 @@ class HeadOdeConfig:
     """output directory (the figure goes to OUT/<figure-id>/ unless OUT ends in that id)."""
     quiet: bool = False
     """no progress bar."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
         require(self.eps is None or self.eps >= 0, "eps", self.eps, "a noise scale >= 0")

@@ -5,14 +5,16 @@ across the symmetry-breaking scale eps and the importance ratio m, for both metr
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 
 from figures.incremental_ode import STAGE1_EVENT, lead_mass_time
-from figures.output import format_table, write_outputs
+from figures.output import format_table, load_figure_data, save_figure, store_figure_data
 from simulate.head_ode import plateau_levels, solve
 from simulate.lumped_escape import lumped_escape_time
 from simulate.stages import RULE
@@ -47,6 +49,8 @@ class TimingConfig:
     """output directory."""
     quiet: bool = False
     """no progress bar."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
         require(len(self.eps) > 0 and all(e > 0 for e in self.eps), "eps", self.eps,
@@ -76,112 +80,131 @@ def asymptotic_sqrt_slope(setting: HeadSetting) -> float:
     return slope * (math.sqrt(setting.window) if setting.metric == "logit" else 1.0)
 
 
-def run(cfg: TimingConfig) -> dict:
+def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
+    """Predicted and measured stage times over (metric, m, eps, seed); one vmapped solve per
+    metric. Stage 1 is measured at the lead-block mass 1/2, later stages at the loss midpoints."""
     ms, epss, n_seeds = cfg.grid()
-    records, slopes, timing = [], [], {}
-    for metric in cfg.metrics:
+    seeds = [cfg.seed + k for k in range(n_seeds)]
+    shape = (len(cfg.metrics), len(ms), len(epss))
+    predicted = measured = midpoint = None
+    timing, slopes = {}, []
+    for a, metric in enumerate(cfg.metrics):
         base = HeadSetting(heads=cfg.heads, window=cfg.window, metric=metric)
-        combos = [(m, e, cfg.seed + k) for m in ms for e in epss for k in range(n_seeds)]
         settings = {m: replace(base, m=m) for m in ms}
-        t1 = {m: lumped_escape_time(settings[m]) for m in ms}
-        preds = {(m, e): predict_stages(settings[m], e, t1=t1[m]) for m in ms for e in epss}
+        preds = {(m, e): predict_stages(settings[m], e, t1=lumped_escape_time(settings[m]))
+                 for m in ms for e in epss}
+        K = len(preds[(ms[0], epss[0])])
+        if predicted is None:
+            predicted = np.full((*shape, K), np.nan)
+            measured = np.full((*shape, n_seeds, K), np.nan)
+            midpoint = np.full((*shape, n_seeds, K), np.nan)
+        combos = list(itertools.product(range(len(ms)), range(len(epss)), range(n_seeds)))
         t_max = 2.0 * max(p.time for ps in preds.values() for p in ps if math.isfinite(p.time))
-        batch = solve(base, [c[1] for c in combos], [c[2] for c in combos], t_max, n_save=400,
-                      targets=np.stack([settings[c[0]].target() for c in combos]),
-                      levels=np.stack([plateau_levels(settings[c[0]]) for c in combos]),
+        batch = solve(base, [epss[e] for _, e, _ in combos], [seeds[k] for *_, k in combos],
+                      t_max, n_save=400,
+                      targets=np.stack([settings[ms[i]].target() for i, _, _ in combos]),
+                      levels=np.stack([plateau_levels(settings[ms[i]]) for i, _, _ in combos]),
                       progress=not cfg.quiet)
         timing[metric] = {"trajectories": len(combos), "t_max": t_max,
                           "compile_seconds": batch.compile_seconds,
                           "run_seconds": batch.run_seconds}
-        for (m, e, seed), crossing, s in zip(combos, batch.crossings, batch.s):
-            for p in preds[(m, e)]:
-                # each stage is measured at the event its prediction is about
-                measured = (lead_mass_time(batch.ts, s, settings[m].lags(p.block)) if p.stage == 1
-                            else float(crossing[p.stage - 1]))
-                records.append({"metric": metric, "m": m, "eps": e, "seed": seed,
-                                "stage": p.stage, "predicted": p.time, "measured": measured,
-                                "loss_midpoint": float(crossing[p.stage - 1])})
-        for m in ms:
-            delays = [np.nanmean([r["measured"] for r in records if r["metric"] == metric
-                                  and r["m"] == m and r["eps"] == e and r["stage"] == 2])
-                      - np.nanmean([r["measured"] for r in records if r["metric"] == metric
-                                    and r["m"] == m and r["eps"] == e and r["stage"] == 1])
-                      for e in epss]
+        for (i, e, k), crossing, s in zip(combos, batch.crossings, batch.s):
+            pr = preds[(ms[i], epss[e])]
+            predicted[a, i, e] = [p.time for p in pr]
+            midpoint[a, i, e, k] = crossing
+            measured[a, i, e, k] = crossing
+            measured[a, i, e, k, 0] = lead_mass_time(batch.ts, s, settings[ms[i]].lags(pr[0].block))
+        for i, m in enumerate(ms):
+            delays = np.nanmean(measured[a, i, :, :, 1] - measured[a, i, :, :, 0], axis=-1)
             fit = np.polyfit(np.log(1 / np.asarray(epss)), np.sqrt(delays), 1)[0]
             slopes.append({"metric": metric, "m": m, "fitted_sqrt_slope": float(fit),
                            "derived_asymptotic_sqrt_slope": asymptotic_sqrt_slope(settings[m])})
-    rows = _table_rows(records)
-    print(format_table(["metric", "m", "eps", "stage", "t predicted", "t measured",
-                        "measured/pred"], rows))
-    print(format_table(["metric", "m", "fitted d sqrt(t2-t1)/d ln(1/eps)", "derived (eps->0)"],
-                       [[s["metric"], s["m"], s["fitted_sqrt_slope"],
-                         s["derived_asymptotic_sqrt_slope"]] for s in slopes]))
-    fig = plot(records, slopes, cfg.metrics, ms, epss)
+    dims = ("metric", "m", "eps")
+    data = xr.Dataset(
+        {"predicted_time": ((*dims, "stage"), predicted),
+         "measured_time": ((*dims, "seed", "stage"), measured),
+         "loss_midpoint_time": ((*dims, "seed", "stage"), midpoint)},
+        coords={"metric": list(cfg.metrics), "m": list(ms), "eps": list(epss), "seed": seeds,
+                "stage": np.arange(1, predicted.shape[-1] + 1)})
+    ratio = data["measured_time"].mean("seed") / data["predicted_time"]
+    rows = [{"metric": mt, "m": m, "eps": e, "stage": int(k),
+             "predicted": float(data["predicted_time"].sel(metric=mt, m=m, eps=e, stage=k)),
+             "measured": float(data["measured_time"].sel(metric=mt, m=m, eps=e, stage=k)
+                               .mean("seed")),
+             "measured_over_predicted": float(ratio.sel(metric=mt, m=m, eps=e, stage=k))}
+            for mt in cfg.metrics for m in ms for e in epss for k in data["stage"].values]
     summary = {"stage_time_rule": f"stage 1: {STAGE1_EVENT}; stages >= 2: {RULE}",
                "grid": {"m": ms, "eps": epss, "seeds": n_seeds, "heads": cfg.heads,
-                        "window": cfg.window},
-               "rows": [dict(zip(["metric", "m", "eps", "stage", "predicted", "measured",
-                                  "measured_over_predicted"], r)) for r in rows],
-               "sqrt_slopes": slopes, "timing": timing, "records": records}
-    paths = write_outputs(cfg.run_dir(), FIGURE_ID, fig, summary)
-    for metric, t in timing.items():
-        print(f"{metric}: {t['trajectories']} trajectories vmapped, compile "
-              f"{t['compile_seconds']:.2f} s, run {t['run_seconds']:.2f} s")
-    print("wrote " + ", ".join(str(p) for p in paths))
+                        "window": cfg.window, "metrics": list(cfg.metrics)},
+               "rows": rows, "sqrt_slopes": slopes, "timing": timing}
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    rows = [[r["metric"], r["m"], r["eps"], r["stage"], r["predicted"], r["measured"],
+             r["measured_over_predicted"]] for r in summary["rows"]]
+    lines = [format_table(["metric", "m", "eps", "stage", "t predicted", "t measured",
+                           "measured/pred"], rows),
+             format_table(["metric", "m", "fitted d sqrt(t2-t1)/d ln(1/eps)", "derived (eps->0)"],
+                          [[s["metric"], s["m"], s["fitted_sqrt_slope"],
+                            s["derived_asymptotic_sqrt_slope"]] for s in summary["sqrt_slopes"]])]
+    lines += [f"{metric}: {t['trajectories']} trajectories vmapped, compile "
+              f"{t['compile_seconds']:.2f} s, run {t['run_seconds']:.2f} s"
+              for metric, t in summary["timing"].items()]
+    return "\n".join(lines)
+
+
+def run(cfg: TimingConfig) -> dict:
+    out = cfg.run_dir()
+    if cfg.replot:
+        data, _, summary = load_figure_data(out, FIGURE_ID)
+    else:
+        data, summary = compute(cfg)
+        store_figure_data(out, FIGURE_ID, cfg, {"seed_ids": list(data["seed"].values),
+                                                "rule": "noise xi ~ N(0, I) from PRNGKey(seed)"},
+                          data, summary)
+    paths = save_figure(out, FIGURE_ID, plot(data))
+    print(report(summary))
+    print("wrote " + ", ".join(str(p) for p in [*paths, out / "summary.json"]))
     return summary
 
 
-def _table_rows(records):
-    keys = sorted({(r["metric"], r["m"], r["eps"], r["stage"]) for r in records},
-                  key=lambda k: (k[0], k[1], -k[2], k[3]))
-    rows = []
-    for key in keys:
-        sel = [r for r in records if (r["metric"], r["m"], r["eps"], r["stage"]) == key]
-        pred = sel[0]["predicted"]
-        meas = float(np.nanmean([r["measured"] for r in sel]))
-        rows.append([*key, pred, meas, meas / pred if math.isfinite(pred) else float("nan")])
-    return rows
-
-
-def plot(records, slopes, metrics, ms, epss):
+def plot(data: xr.Dataset):
+    """Draw the figure from stored data only."""
     import matplotlib.pyplot as plt
 
+    metrics, ms = list(data["metric"].values), list(data["m"].values)
+    L = np.log(1 / data["eps"].values)
     fig, axes = plt.subplots(len(metrics), 3, figsize=(14, 4.2 * len(metrics)), squeeze=False)
     colors = dict(zip(ms, plt.cm.plasma(np.linspace(0, 0.85, len(ms)))))
-    L = np.log(1 / np.asarray(epss))
     for row, metric in zip(axes, metrics):
-        rec = [r for r in records if r["metric"] == metric]
-
-        def times(m, e, stage, key, rec=rec):
-            return np.array([r[key] for r in rec if r["m"] == m and r["eps"] == e
-                             and r["stage"] == stage])
-
+        pred = data["predicted_time"].sel(metric=metric)
+        meas = data["measured_time"].sel(metric=metric)
         ax = row[0]
-        m_fine = np.asarray(ms)
-        t1_pred = [times(m, epss[0], 1, "predicted")[0] for m in ms]
-        ax.plot(m_fine, t1_pred, "k--", label="predicted $t_1$ (lumped symmetric system)")
+        ax.plot(ms, pred.sel(stage=1).isel(eps=0).values, "k--",
+                label="predicted $t_1$ (lumped symmetric system)")
         for m in ms:
-            for e in epss:
-                ax.plot(np.full(len(times(m, e, 1, "measured")), m), times(m, e, 1, "measured"),
-                        "o", color=colors[m], ms=4)
+            y = meas.sel(m=m, stage=1).values.ravel()
+            ax.plot(np.full(y.size, m), y, "o", color=colors[m], ms=4)
         ax.plot([], [], "o", color="grey", label="measured (all eps, seeds)")
         ax.set(xscale="log", yscale="log", xlabel="importance ratio m",
                ylabel="stage-1 time $t_1$ (ODE time)",
                title=f"{metric}: $t_1$ (lead-block mass 1/2) against m")
-        ax.set_xticks(list(ms), [f"{m:g}" for m in ms])
+        ax.set_xticks(ms, [f"{m:g}" for m in ms])
         ax.minorticks_off()
         ax.legend(fontsize=8)
         for col, stage in ((1, 2), (2, 3)):
+            if stage > data.sizes["stage"]:
+                row[col].set_visible(False)
+                continue
             ax = row[col]
             for m in ms:
-                pred = [times(m, e, stage, "predicted")[0] - times(m, e, stage - 1, "predicted")[0]
-                        for e in epss]
-                meas = [times(m, e, stage, "measured") - times(m, e, stage - 1, "measured")
-                        for e in epss]
-                ax.plot(L, pred, "--", color=colors[m])
-                for x, y in zip(L, meas):
-                    ax.plot(np.full(len(y), x), y, "o", color=colors[m], ms=4)
-                ax.plot([], [], "o--", color=colors[m], label=f"m = {m}")
+                d_pred = (pred.sel(m=m, stage=stage) - pred.sel(m=m, stage=stage - 1)).values
+                d_meas = (meas.sel(m=m, stage=stage) - meas.sel(m=m, stage=stage - 1)).values
+                ax.plot(L, d_pred, "--", color=colors[m])
+                for x, y in zip(L, d_meas):
+                    ax.plot(np.full(y.size, x), y, "o", color=colors[m], ms=4)
+                ax.plot([], [], "o--", color=colors[m], label=f"m = {m:g}")
             ax.set(yscale="log", xlabel="ln(1/eps)",
                    ylabel=f"$t_{stage} - t_{stage - 1}$ (ODE time)",
                    title=f"{metric}: plateau before stage {stage} (dashed: predicted)")

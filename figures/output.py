@@ -1,11 +1,12 @@
-"""Writing a figure's outputs: PNG + PDF + summary.json in one run directory."""
+"""A figure's run directory: the data it draws go through the run store (config.json,
+trajectory.zarr, summary.json), the drawing is saved as PNG + PDF beside them, and re-plotting
+reads the store instead of recomputing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import platform
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -13,49 +14,41 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-import numpy as np
+
+from simulate.store import RunStore, load
+from theory.validation import require
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        x = float(x)
-        return x if math.isfinite(x) else str(x)  # JSON has no nan/inf: "nan", "inf"
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, Path):
-        return str(x)
-    return x
+def store_figure_data(out: Path, figure_id: str, cfg, seeds: dict, data, summary: dict) -> None:
+    store = RunStore(out)
+    store.create(figure_id, dataclasses.asdict(cfg), seeds)
+    store.write(data)
+    store.write_summary(summary)
 
 
-def versions() -> dict:
-    import diffrax
-    import jax
-    import sympy
+def load_figure_data(out: Path, figure_id: str):
+    """(Dataset, config.json, summary.json) of a stored figure run, for ``--replot``."""
+    require((out / "summary.json").exists() and (out / "trajectory.zarr").exists(), "replot",
+            str(out), f"a directory written by 'stagewise figure {figure_id}'")
+    data, config = load(out)
+    require(config.get("experiment") == figure_id, "replot", str(out),
+            f"a run directory of figure {figure_id!r}")
+    return data, config, json.loads((out / "summary.json").read_text())
 
-    return {"python": platform.python_version(), "jax": jax.__version__,
-            "diffrax": diffrax.__version__, "sympy": sympy.__version__, "numpy": np.__version__}
 
-
-def write_outputs(out: Path, figure_id: str, fig, summary: dict) -> list[Path]:
+def save_figure(out: Path, figure_id: str, fig) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{figure_id}.png", out / f"{figure_id}.pdf", out / "summary.json"]
+    paths = [out / f"{figure_id}.png", out / f"{figure_id}.pdf"]
     fig.savefig(paths[0], dpi=150, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
     plt.close(fig)
-    summary = {"figure": figure_id, "command": " ".join(sys.argv), "versions": versions(),
-               **summary}
-    paths[2].write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
     return paths
 
 
 def format_table(header: list[str], rows: list[list]) -> str:
     def fmt(x):
+        if isinstance(x, str) and x in ("nan", "inf"):  # as stored in JSON
+            x = float(x)
         if isinstance(x, float):
             return "-" if math.isnan(x) else ("inf" if math.isinf(x) else f"{x:.4g}")
         return "-" if x is None else str(x)

@@ -115,6 +115,10 @@ class RunStore:
                     for name, var in chunk.data_vars.items()}
         chunk.to_zarr(self.trajectory_path, mode="w", consolidated=False, encoding=encoding)
 
+    def write(self, data: xr.Dataset) -> None:
+        """Write a whole trajectory at once (results computed in one go, e.g. an ODE solve)."""
+        data.to_zarr(self.trajectory_path, mode="w", consolidated=False)
+
     def rows(self) -> int:
         if not self.trajectory_path.exists():
             return 0

@@ -5,9 +5,11 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from figures.cli import main
+from simulate.store import load
 from theory.heads import HeadSetting, HeadSystem
 
 SPEC_README = Path(__file__).resolve().parents[2] / "shared" / "papers" / "README.md"
@@ -56,7 +58,7 @@ def test_derive_latex(capsys):
     assert r"\alpha" in capsys.readouterr().out
 
 
-def test_incremental_ode_quick_figure(tmp_path, capsys):
+def test_incremental_ode_quick_figure(tmp_path, capsys, monkeypatch):
     start = time.perf_counter()
     assert main(["figure", "incremental-ode", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
     elapsed = time.perf_counter() - start
@@ -78,6 +80,22 @@ def test_incremental_ode_quick_figure(tmp_path, capsys):
     assert stall["final_loss"] == pytest.approx(derived[1], rel=1e-3)
     assert stall["loss_crossings"][1:] == ["nan", "nan"]
     assert elapsed < 60
+
+    # the figure is drawn from the stored run: re-plotting reads it and recomputes nothing
+    data, config = load(run_dir)
+    assert config["experiment"] == "incremental-ode"
+    np.testing.assert_array_equal(data["plateau_level"].values, derived)
+    (run_dir / "incremental-ode.png").unlink()
+    import figures.incremental_ode as module
+    monkeypatch.setattr(module, "compute", lambda cfg: pytest.fail("replot recomputed"))
+    assert main(["figure", "incremental-ode", "--replot", "--out", str(tmp_path)]) == 0
+    assert (run_dir / "incremental-ode.png").stat().st_size > 0
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+
+
+def test_replot_needs_a_stored_run(tmp_path, capsys):
+    assert main(["figure", "incremental-ode", "--replot", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("stagewise: error: replot = ")
 
 
 @pytest.mark.slow
