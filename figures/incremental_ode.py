@@ -8,8 +8,6 @@ the eps = 0 run (exactly equal heads) that stalls on the competitive plateau.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import xarray as xr
 
@@ -17,35 +15,11 @@ from figures.head_config import HeadOdeConfig
 from figures.output import format_table, load_figure_data, save_figure, store_figure_data
 from simulate.head_ode import plateau_levels, solve
 from simulate.lumped_escape import lumped_escape_time
-from simulate.stages import RULE, first_rise
+from simulate.stages import RULE, STAGE1_EVENT, lead_mass_time, measured_plateaus
 from theory.head_stages import predict_stages
 from theory.heads import HeadSetting, HeadSystem
 
 FIGURE_ID = "incremental-ode"
-STAGE1_EVENT = "head-averaged attention mass on the lead block = 1/2"
-
-
-def measured_plateaus(ts, loss, crossings) -> list[float]:
-    """Loss where its log-time slope is smallest between consecutive stage crossings."""
-    out = []
-    edges = list(crossings) + [ts[-1]]
-    for a, b in itertools.pairwise(edges):
-        if not (np.isfinite(a) and np.isfinite(b)):
-            out.append(float("nan"))
-            continue
-        idx = np.nonzero((ts > a) & (ts <= b))[0]
-        if idx.size < 3:
-            out.append(float(loss[idx[-1]]) if idx.size else float("nan"))
-            continue
-        slope = np.abs(np.gradient(loss[idx], np.log(ts[idx])))
-        out.append(float(loss[idx[np.argmin(slope)]]))
-    return out
-
-
-def lead_mass_time(ts, s, lags) -> float:
-    """Stage-1 event of the prediction: head-averaged attention mass on the lead block reaches 1/2."""
-    mass = s[:, :, list(lags)].sum(-1).mean(-1)
-    return first_rise(ts, mass, 0.5)
 
 
 def compute(cfg: HeadOdeConfig) -> tuple[xr.Dataset, dict]:

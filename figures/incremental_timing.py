@@ -13,11 +13,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.incremental_ode import STAGE1_EVENT, lead_mass_time
 from figures.output import format_table, load_figure_data, save_figure, store_figure_data
 from simulate.head_ode import plateau_levels, solve
 from simulate.lumped_escape import lumped_escape_time
-from simulate.stages import RULE
+from simulate.stages import RULE, STAGE1_EVENT, lead_mass_time
 from theory.head_stages import predict_stages, vertex_decay_coefficient
 from theory.heads import METRICS, HeadSetting
 from theory.validation import require

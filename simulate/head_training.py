@@ -22,12 +22,13 @@ import numpy as np
 import optax
 
 from simulate.head_field import logit_field, loss
+from simulate.head_options import HeadSystemOptions
 from simulate.lumped_escape import lumped_escape_time
-from simulate.stages import RULE, first_crossing, first_rise, midpoints
+from simulate.stages import RULE, STAGE1_EVENT, first_crossing, lead_mass_time, midpoints
 from simulate.store import RunStore, load
 from simulate.train import DivergenceError, Interrupted, Problem, Schedule, seed_streams, train
 from theory.head_stages import predict_stages
-from theory.heads import HeadSetting, HeadSystem
+from theory.heads import HeadSystem
 from theory.validation import require
 
 NAME = "heads-gd"
@@ -35,19 +36,9 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
 @dataclass
-class HeadTrainConfig:
+class HeadTrainConfig(HeadSystemOptions):
     """Reduced head system trained by an optimizer (defaults: paper Fig. 10, Euler dt = 0.005)."""
 
-    heads: int = 3
-    """H, number of heads."""
-    blocks: tuple[int, ...] = (1, 1, 1)
-    """|I(j)|, lag-block sizes, most recent first (lags)."""
-    window: int = 40
-    """T, number of lags."""
-    m: float = 1.7
-    """importance ratio (dimensionless); m_j = m^(h-j)."""
-    metric: str = "replicator"
-    """replicator (theta' = R^T v) or logit (theta' = J(s) R^T v, plain gradient descent)."""
     optimizer: str = "sgd"
     """sgd (Euler steps of the flow), momentum (0.9) or adam."""
     lr: float = 0.005
@@ -58,8 +49,6 @@ class HeadTrainConfig:
     """steps between logged rows."""
     chunk: int = 10_000
     """steps per compiled chunk and checkpoint (a multiple of log_every)."""
-    eps: float | None = None
-    """std of the initial logit noise (dimensionless); default T x 1e-6, the paper's s-noise."""
     seeds: int = 4
     """number of seeds, vmapped in one compiled program."""
     seed: int = 0
@@ -74,7 +63,7 @@ class HeadTrainConfig:
     """write the run store (off only for overhead measurements)."""
 
     def __post_init__(self):
-        self.setting()
+        super().__post_init__()
         require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
         require(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a finite learning rate > 0")
         require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
@@ -83,18 +72,8 @@ class HeadTrainConfig:
                 f"a positive multiple of log_every = {self.log_every}")
         require(self.steps % self.chunk == 0, "steps", self.steps,
                 f"a multiple of chunk = {self.chunk}")
-        require(self.eps is None or (math.isfinite(self.eps) and self.eps >= 0), "eps", self.eps,
-                "a noise scale >= 0")
         require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
         require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
-
-    def setting(self) -> HeadSetting:
-        return HeadSetting(heads=self.heads, blocks=tuple(self.blocks), window=self.window,
-                           m=self.m, metric=self.metric)
-
-    @property
-    def noise(self) -> float:
-        return self.window * 1e-6 if self.eps is None else self.eps
 
     @property
     def seed_ids(self) -> list[int]:
@@ -152,10 +131,10 @@ def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
     lead = hs.ladder()[0]
     steps = ds["step"].values.astype(float)
     loss_ = ds["loss"].values
-    mass = ds["block_mass"].sel(block=lead + 1).mean("head").values
+    mass = ds["block_mass"].sel(block=[lead + 1]).values  # (seed, step, head, 1)
     measured = []
     for b in range(loss_.shape[0]):
-        row = [first_rise(steps, mass[b], 0.5)]
+        row = [lead_mass_time(steps, mass[b], [0])]
         row += [first_crossing(steps, loss_[b], c) for c in midpoints(levels)[1:]]
         measured.append(row)
     measured = np.array(measured)
@@ -172,8 +151,8 @@ def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
                        "measured_step_per_seed": measured[:, k],
                        "measured_over_predicted": mean / predicted[k] if predicted[k] else None})
     return {"plateau_levels_derived": levels, "stages": stages,
-            "stage_rule": "stage 1: head-averaged lead-block attention mass = 1/2; later: "
-                          + RULE + " (steps; predictions t/lr for sgd only)"}
+            "stage_rule": f"stage 1: {STAGE1_EVENT}; later: {RULE} "
+                          "(steps; predictions t/lr for sgd only)"}
 
 
 def run(cfg: HeadTrainConfig) -> Path:

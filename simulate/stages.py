@@ -8,9 +8,13 @@ crossings exactly with events (``simulate.head_ode``).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 RULE = "first time the loss falls below (L_{k-1} + L_k)/2, L_k the derived plateau levels"
+STAGE1_EVENT = "head-averaged attention mass on the lead block = 1/2"
+"""The event the stage-1 prediction is about (the escape from uniform attention)."""
 
 
 def midpoints(levels) -> np.ndarray:
@@ -42,3 +46,29 @@ def stage_times(ts, loss, levels) -> np.ndarray:
 def first_rise(ts, values, threshold: float) -> float:
     """First time ``values`` rises above ``threshold`` (nan if never)."""
     return first_crossing(ts, -np.asarray(values, float), -threshold)
+
+
+def lead_mass_time(ts, attention, lags) -> float:
+    """``STAGE1_EVENT``: first time the head-averaged attention mass on ``lags`` reaches 1/2;
+    ``attention`` has shape (time, head, lag)."""
+    mass = np.asarray(attention)[:, :, list(lags)].sum(-1).mean(-1)
+    return first_rise(ts, mass, 0.5)
+
+
+def measured_plateaus(ts, loss, crossings) -> list[float]:
+    """Loss where its log-time slope is smallest between consecutive stage crossings (the last
+    plateau runs to the end of the trajectory); nan where a bracketing crossing is missing."""
+    ts, loss = np.asarray(ts, float), np.asarray(loss, float)
+    out = []
+    edges = [*list(crossings), ts[-1]]
+    for a, b in itertools.pairwise(edges):
+        if not (np.isfinite(a) and np.isfinite(b)):
+            out.append(float("nan"))
+            continue
+        idx = np.nonzero((ts > a) & (ts <= b))[0]
+        if idx.size < 3:
+            out.append(float(loss[idx[-1]]) if idx.size else float("nan"))
+            continue
+        slope = np.abs(np.gradient(loss[idx], np.log(ts[idx])))
+        out.append(float(loss[idx[np.argmin(slope)]]))
+    return out
