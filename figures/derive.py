@@ -22,7 +22,7 @@ from theory.heads import METRICS, HeadSystem
 SYSTEMS = ("incremental",)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeriveConfig(HeadOdeConfig):
     """Derivation of the reduced head system (same overrides as the figure)."""
 

@@ -9,7 +9,7 @@ from simulate.head_options import HeadSystemOptions
 from theory.validation import require
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeadOdeConfig(HeadSystemOptions):
     """Reduced head ODE: paper Fig. 10 setting by default."""
 

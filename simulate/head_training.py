@@ -35,7 +35,7 @@ NAME = "heads-gd"
 OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeadTrainConfig(HeadSystemOptions):
     """Reduced head system trained by an optimizer (defaults: paper Fig. 10, Euler dt = 0.005)."""
 
