@@ -209,6 +209,29 @@ def test_ray_executor_on_a_local_instance(tmp_path):
     paths = write_sweep_figure(ds, list(grid), out)
     assert all(p.stat().st_size > 0 for p in paths)
 
+    # an existing cluster, reached by its address: a head node started here on loopback (in
+    # this test, so that stopping it cannot touch another test's instance)
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ray_bin = Path(sys.executable).with_name("ray")
+    head = subprocess.run([str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=2",
+                           "--include-dashboard=false", "--disable-usage-stats"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert head.returncode == 0, head.stderr
+    try:
+        remote = run_sweep("heads-gd", base, grid, tmp_path / "remote", executor="ray",
+                           address=f"127.0.0.1:{port}", workers=2)
+        assert not ray.is_initialized()  # only disconnected; the cluster keeps running
+        _check_sweep(remote, tmp_path / "remote", grid, 4, "ray")
+        for name in ds.data_vars:
+            np.testing.assert_array_equal(remote[name].values, ds[name].values)
+    finally:
+        subprocess.run([str(ray_bin), "stop"], capture_output=True, timeout=120, check=False)
+
 
 def test_ray_missing_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
