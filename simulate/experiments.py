@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from simulate import head_training
+from simulate import head_training, markov_training
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,10 @@ EXPERIMENTS = {
         head_training.NAME,
         "reduced head system trained step by step (Euler/GD/Adam) through the run store",
         head_training.HeadTrainConfig, head_training.run),
+    markov_training.NAME: Experiment(
+        markov_training.NAME,
+        "minimal transformer trained online on the high-order Markov chain (paper Figs. 6-7)",
+        markov_training.MarkovMinimalConfig, markov_training.run),
 }
 
 

@@ -198,8 +198,9 @@ def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunS
                     store.save_checkpoint(
                         [np.asarray(x) for x in jax.tree_util.tree_leaves(state)], step, rows_done)
                 bar.update(schedule.chunk)
-                if "loss" in rows:
-                    bar.set_postfix(loss=f"{float(np.nanmean(rows['loss'][:, -1])):.4g}")
+                shown = next((k for k in rows if "loss" in k and rows[k].ndim == 2), None)
+                if shown is not None:
+                    bar.set_postfix({shown: f"{float(np.nanmean(rows[shown][:, -1])):.4g}"})
                 if flag.signum is not None and step < schedule.steps:
                     raise Interrupted(flag.signum, step)
     finally:
