@@ -10,7 +10,7 @@ are predicted by ``theory.head_stages`` in ODE time and reported in steps (``t /
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -24,9 +24,9 @@ import optax
 from simulate.head_field import logit_field, loss
 from simulate.head_options import HeadSystemOptions
 from simulate.lumped_escape import lumped_escape_time
+from simulate.runner import RunOptions, run_experiment
 from simulate.stages import RULE, STAGE1_EVENT, first_crossing, lead_mass_time, midpoints
-from simulate.store import RunStore, load
-from simulate.train import DivergenceError, Interrupted, Problem, Schedule, seed_streams, train
+from simulate.train import Problem
 from theory.head_stages import predict_stages
 from theory.heads import HeadSystem
 from theory.validation import require
@@ -36,48 +36,21 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
 @dataclass(frozen=True)
-class HeadTrainConfig(HeadSystemOptions):
+class HeadTrainConfig(HeadSystemOptions, RunOptions):
     """Reduced head system trained by an optimizer (defaults: paper Fig. 10, Euler dt = 0.005)."""
 
     optimizer: str = "sgd"
     """sgd (Euler steps of the flow), momentum (0.9) or adam."""
     lr: float = 0.005
     """learning rate = Euler step in ODE time units (> 0)."""
-    steps: int = 100_000
-    """optimizer steps (a multiple of chunk)."""
-    log_every: int = 100
-    """steps between logged rows."""
-    chunk: int = 10_000
-    """steps per compiled chunk and checkpoint (a multiple of log_every)."""
-    seeds: int = 4
-    """number of seeds, vmapped in one compiled program."""
-    seed: int = 0
-    """first seed; seed ids are seed, seed+1, ..."""
     out: Path = Path("runs/heads-gd")
     """run directory."""
-    resume: Path | None = None
-    """continue the run stored in this directory from its last checkpoint."""
-    quiet: bool = False
-    """no progress bar."""
-    store: bool = field(default=True)
-    """write the run store (off only for overhead measurements)."""
 
     def __post_init__(self):
-        super().__post_init__()
+        HeadSystemOptions.__post_init__(self)
+        RunOptions.__post_init__(self)
         require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
         require(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a finite learning rate > 0")
-        require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
-        require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
-        require(self.chunk >= 1 and self.chunk % self.log_every == 0, "chunk", self.chunk,
-                f"a positive multiple of log_every = {self.log_every}")
-        require(self.steps % self.chunk == 0, "steps", self.steps,
-                f"a multiple of chunk = {self.chunk}")
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
-
-    @property
-    def seed_ids(self) -> list[int]:
-        return list(range(self.seed, self.seed + self.seeds))
 
 
 def problem(cfg: HeadTrainConfig) -> Problem:
@@ -155,42 +128,9 @@ def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
                           "(steps; predictions t/lr for sgd only)"}
 
 
-def run(cfg: HeadTrainConfig) -> Path:
+def run(cfg: HeadTrainConfig):
     """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
-    store = RunStore(cfg.resume or cfg.out) if cfg.store else None
-    if store is not None and not cfg.resume:
-        keys = seed_streams(cfg.seed_ids)
-        store.create(NAME, asdict(cfg), {
-            "seed_ids": cfg.seed_ids,
-            "streams": {k: np.asarray(v) for k, v in keys.items()},
-            "rule": "key(seed) folded with 0 (init), 1 (noise), 2 (data)"})
-    status, error = "complete", None
-    try:
-        result = train(problem(cfg), optimizer(cfg), Schedule(cfg.steps, cfg.log_every, cfg.chunk),
-                       cfg.seed_ids, store, resume=cfg.resume is not None,
-                       progress=not cfg.quiet)
-    except DivergenceError as err:
-        status, error, result = "diverged", err, None
-    except Interrupted as err:
-        status, error, result = "interrupted", err, None
-    except Exception as err:
-        status, error, result = "failed", err, None
-        if store is not None:
-            store.write_summary({"status": status, "error": repr(err)})
-        raise
-    if store is None:
-        if error is not None:
-            raise error
-        return result
-    ds, _ = load(store.path)
-    summary = {"status": status, "steps_logged": int(ds["step"].values[-1]),
-               "final_loss": ds["loss"].isel(step=-1).values}
-    if result is not None:
-        summary.update(compile_seconds=result.compile_seconds, run_seconds=result.run_seconds)
-    if error is not None:
-        summary["error"] = str(error)
-    summary.update(stage_summary(cfg, ds))
-    store.write_summary(summary)
-    if error is not None:
-        raise error
-    return store.path
+    def summarize(ds):
+        return {"final_loss": ds["loss"].isel(step=-1).values, **stage_summary(cfg, ds)}
+
+    return run_experiment(NAME, cfg, problem(cfg), optimizer(cfg), summarize)

@@ -10,7 +10,7 @@ the value alignment <V_h, A*_k / ||A*_k||_F>.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import jax
@@ -28,15 +28,15 @@ from simulate.markov_task import (
     teacher_log_probs,
 )
 from simulate.minimal_transformer import init_minimal
-from simulate.store import RunStore, load
-from simulate.train import DivergenceError, Interrupted, Problem, Schedule, seed_streams, train
+from simulate.runner import RunOptions, run_experiment
+from simulate.train import Problem
 from theory.validation import require
 
 NAME = "markov-minimal"
 
 
 @dataclass(frozen=True)
-class MarkovMinimalConfig(MarkovSetting):
+class MarkovMinimalConfig(MarkovSetting, RunOptions):
     """Minimal transformer, online training on the Markov chain (paper Figs. 6-7 setting)."""
 
     heads: int = 3
@@ -51,29 +51,24 @@ class MarkovMinimalConfig(MarkovSetting):
     """gradient clipping at this global norm."""
     batch: int = 512
     """fresh sequences per step."""
+    validation: int = 512
+    """validation sequences (fixed, drawn once from the teacher)."""
+    teacher_seed: int = 0
+    """seed of the teacher matrices and of the validation set."""
     steps: int = 2000
     """optimizer steps (a multiple of chunk)."""
     log_every: int = 10
     """steps between logged rows."""
     chunk: int = 100
     """steps per compiled chunk and checkpoint (a multiple of log_every)."""
-    validation: int = 512
-    """validation sequences (fixed, drawn once from the teacher)."""
-    teacher_seed: int = 0
-    """seed of the teacher matrices and of the validation set."""
     seeds: int = 1
     """training seeds (initialisation and data), vmapped."""
-    seed: int = 0
-    """first training seed."""
     out: Path = Path("runs/markov-minimal")
     """run directory."""
-    resume: Path | None = None
-    """continue the run stored in this directory from its last checkpoint."""
-    quiet: bool = False
-    """no progress bar."""
 
     def __post_init__(self):
-        super().__post_init__()
+        MarkovSetting.__post_init__(self)
+        RunOptions.__post_init__(self)
         require(self.heads >= 1, "heads", self.heads, "an integer >= 1")
         require(self.query_scale is None or self.query_scale >= 0, "query_scale",
                 self.query_scale, "a scale >= 0, or None for Xavier")
@@ -82,20 +77,9 @@ class MarkovMinimalConfig(MarkovSetting):
         require(self.clip > 0, "clip", self.clip, "a global norm > 0")
         require(self.batch >= 1, "batch", self.batch, "an integer >= 1")
         require(self.validation >= 1, "validation", self.validation, "an integer >= 1")
-        require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
-        require(self.chunk >= 1 and self.chunk % self.log_every == 0, "chunk", self.chunk,
-                f"a positive multiple of log_every = {self.log_every}")
-        require(self.steps >= 1 and self.steps % self.chunk == 0, "steps", self.steps,
-                f"a positive multiple of chunk = {self.chunk}")
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
 
     def task(self) -> MarkovSetting:
         return MarkovSetting(**{f.name: getattr(self, f.name) for f in fields(MarkovSetting)})
-
-    @property
-    def seed_ids(self) -> list[int]:
-        return list(range(self.seed, self.seed + self.seeds))
 
 
 def _nll(logp, targets):
@@ -178,44 +162,27 @@ def split_step(steps, block_mass) -> float:
     return float(steps[hit[0]]) if hit.size else float("nan")
 
 
-def run(cfg: MarkovMinimalConfig) -> Path:
+def run(cfg: MarkovMinimalConfig):
+    """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
     prob, (task, A, val) = problem(cfg)
-    store = RunStore(cfg.resume or cfg.out)
-    if cfg.resume is None:
-        keys = seed_streams(cfg.seed_ids)
-        store.create(NAME, asdict(cfg), {
-            "seed_ids": cfg.seed_ids, "teacher_seed": cfg.teacher_seed,
-            "streams": {k: np.asarray(v) for k, v in keys.items()},
-            "rule": "key(seed) folded with 0 (init), 1 (noise), 2 (data); teacher and validation "
-                    "set from key(teacher_seed) and its fold_in 1"})
     optimizer = optax.chain(optax.clip_by_global_norm(cfg.clip),
                             optax.adamw(cfg.lr, weight_decay=cfg.weight_decay))
-    status, error, result = "complete", None, None
-    try:
-        result = train(prob, optimizer, Schedule(cfg.steps, cfg.log_every, cfg.chunk),
-                       cfg.seed_ids, store, resume=cfg.resume is not None, progress=not cfg.quiet)
-    except (DivergenceError, Interrupted) as err:
-        status = "diverged" if isinstance(err, DivergenceError) else "interrupted"
-        error = err
-    ds, _ = load(store.path)
-    yard = yardstick_losses(task, A, val)
-    steps = ds["step"].values
-    summary = {"status": status, "steps_logged": int(steps[-1]),
-               "yardstick_losses": {"uniform": yard[0],
-                                    **{f"A*_1:{k}": yard[k] for k in range(1, task.h + 1)}},
-               "ladder_rule": LADDER_RULE,
-               "ladder_steps_per_seed": [ladder_steps(steps, kl)
-                                         for kl in ds["kl_yardstick"].values],
-               "heads_split_rule": SPLIT_RULE,
-               "heads_split_step_per_seed": [split_step(steps, m)
-                                             for m in ds["block_mass"].values],
-               "final_val_loss": ds["val_loss"].isel(step=-1).values,
-               "final_kl_yardstick": ds["kl_yardstick"].isel(step=-1).values}
-    if result is not None:
-        summary.update(compile_seconds=result.compile_seconds, run_seconds=result.run_seconds)
-    if error is not None:
-        summary["error"] = str(error)
-    store.write_summary(summary)
-    if error is not None:
-        raise error
-    return store.path
+
+    def summarize(ds):
+        yard = yardstick_losses(task, A, val)
+        steps = ds["step"].values
+        return {"yardstick_losses": {"uniform": yard[0],
+                                     **{f"A*_1:{k}": yard[k] for k in range(1, task.h + 1)}},
+                "ladder_rule": LADDER_RULE,
+                "ladder_steps_per_seed": [ladder_steps(steps, kl)
+                                          for kl in ds["kl_yardstick"].values],
+                "heads_split_rule": SPLIT_RULE,
+                "heads_split_step_per_seed": [split_step(steps, m)
+                                              for m in ds["block_mass"].values],
+                "final_val_loss": ds["val_loss"].isel(step=-1).values,
+                "final_kl_yardstick": ds["kl_yardstick"].isel(step=-1).values}
+
+    return run_experiment(NAME, cfg, prob, optimizer, summarize,
+                          seeds={"teacher_seed": cfg.teacher_seed,
+                                 "teacher_rule": "teacher and validation set from "
+                                                 "key(teacher_seed) and its fold_in 1"})

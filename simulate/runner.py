@@ -1,0 +1,107 @@
+"""What every training experiment shares: the run options (schedule, seeds, run directory) and
+the wrapper that runs a ``Problem`` through the run store and writes summary.json whatever the
+outcome (complete, interrupted, diverged, failed)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulate.store import RunStore, load
+from simulate.train import (
+    DivergenceError,
+    Interrupted,
+    Problem,
+    Schedule,
+    TrainResult,
+    seed_streams,
+    train,
+)
+from theory.validation import require
+
+SEED_RULE = "key(seed) folded with 0 (init), 1 (noise), 2 (data)"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Schedule, seeds and run directory of a training run."""
+
+    steps: int = 100_000
+    """optimizer steps (a multiple of chunk)."""
+    log_every: int = 100
+    """steps between logged rows."""
+    chunk: int = 10_000
+    """steps per compiled chunk and checkpoint (a multiple of log_every)."""
+    seeds: int = 4
+    """number of seeds, vmapped in one compiled program."""
+    seed: int = 0
+    """first seed; seed ids are seed, seed+1, ..."""
+    out: Path = Path("runs/run")
+    """run directory."""
+    resume: Path | None = None
+    """continue the run stored in this directory from its last checkpoint."""
+    quiet: bool = False
+    """no progress bar."""
+    store: bool = True
+    """write the run store (off only for overhead measurements)."""
+
+    def __post_init__(self):
+        require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
+        require(self.chunk >= 1 and self.chunk % self.log_every == 0, "chunk", self.chunk,
+                f"a positive multiple of log_every = {self.log_every}")
+        require(self.steps >= 1 and self.steps % self.chunk == 0, "steps", self.steps,
+                f"a positive multiple of chunk = {self.chunk}")
+        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
+        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+
+    @property
+    def seed_ids(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.seeds))
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(self.steps, self.log_every, self.chunk)
+
+
+def run_experiment(name: str, cfg, problem: Problem, optimizer,
+                   summarize: Callable[[object], dict], seeds: dict | None = None):
+    """Run ``problem`` under ``cfg`` (a ``RunOptions``) into ``cfg.out`` (or resume ``cfg.resume``).
+
+    Returns the run directory, or the in-memory ``TrainResult`` when ``cfg.store`` is off.
+    ``summarize(dataset) -> dict`` adds the experiment's own entries to summary.json."""
+    store = RunStore(cfg.resume or cfg.out) if cfg.store else None
+    if store is not None and cfg.resume is None:
+        streams = seed_streams(cfg.seed_ids)
+        store.create(name, dataclasses.asdict(cfg), {
+            "seed_ids": cfg.seed_ids, "streams": {k: np.asarray(v) for k, v in streams.items()},
+            "rule": SEED_RULE, **(seeds or {})})
+    status, error, result = "complete", None, None
+    try:
+        result = train(problem, optimizer, cfg.schedule, cfg.seed_ids, store,
+                       resume=cfg.resume is not None, progress=not cfg.quiet)
+    except (DivergenceError, Interrupted) as err:
+        status = "diverged" if isinstance(err, DivergenceError) else "interrupted"
+        error = err
+    except Exception as err:
+        if store is not None:
+            store.write_summary({"status": "failed", "error": repr(err)})
+        raise
+    if store is None:
+        if error is not None:
+            raise error
+        return result
+    ds, _ = load(store.path)
+    summary = {"status": status, "steps_logged": int(ds["step"].values[-1])}
+    if isinstance(result, TrainResult):
+        summary.update(compile_seconds=result.compile_seconds, run_seconds=result.run_seconds)
+    if error is not None:
+        summary["error"] = str(error)
+    summary.update(summarize(ds))
+    store.write_summary(summary)
+    if error is not None:
+        raise error
+    return store.path
