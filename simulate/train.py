@@ -152,6 +152,8 @@ def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunS
         leaves, step, rows_done = store.load_checkpoint()
         store.truncate(rows_done)
         state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
+        if step >= schedule.steps:  # the run was already complete
+            return TrainResult(xr.Dataset(), 0.0, 0.0)
     pieces = []
     if step == 0:
         first = _to_dataset(problem, jax.tree_util.tree_map(

@@ -76,6 +76,17 @@ def test_resume_after_a_crash_between_append_and_checkpoint(tmp_path, monkeypatc
         np.testing.assert_array_equal(ds[v].values, full[v].values)
 
 
+def test_resuming_a_complete_run_changes_nothing(tmp_path):
+    path = run(cfg_(tmp_path, "done"))
+    before, _ = load(path)
+    again = HeadTrainConfig(**{**SMALL, "out": path, "resume": path})
+    assert run(again) == path
+    after, _ = load(path)
+    for v in before.data_vars:
+        np.testing.assert_array_equal(before[v].values, after[v].values)
+    assert json.loads((path / "summary.json").read_text())["status"] == "complete"
+
+
 def _first_nonfinite_step(cfg):
     """Independent replay of the same updates, one step at a time, without the trainer."""
     prob, opt = problem(cfg), optax.sgd(cfg.lr)
