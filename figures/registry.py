@@ -20,7 +20,7 @@ class Figure:
 
 
 def _implemented() -> dict[str, Figure]:
-    from figures import incremental_ode, incremental_timing
+    from figures import incremental_head_dynamics, incremental_ode, incremental_timing
     from figures.head_config import HeadOdeConfig
 
     return {
@@ -31,13 +31,17 @@ def _implemented() -> dict[str, Figure]:
                                      "predicted vs measured stage times across eps and m, both "
                                      "metrics (ODE half)", incremental_timing.TimingConfig,
                                      incremental_timing.run),
+        "incremental-head-dynamics": Figure(
+            "incremental-head-dynamics", "incremental",
+            "minimal transformer's head attention and value alignment per block, with the "
+            "reduced ODE (rebuttal Fig. B)", incremental_head_dynamics.HeadDynamicsConfig,
+            incremental_head_dynamics.run),
     }
 
 
 PLANNED = {
     "incremental": ["incremental-minimal", "incremental-full", "incremental-init-scale",
-                    "incremental-importance", "incremental-dataset-size",
-                    "incremental-head-dynamics"],
+                    "incremental-importance", "incremental-dataset-size"],
     "focus-dilution": ["focus-dilution-stages", "focus-dilution-same-pi",
                        "focus-dilution-embedding-pca", "focus-dilution-entropy-cycles",
                        "focus-dilution-timing", "focus-dilution-symmetry-breaking",

@@ -34,6 +34,9 @@ class MarkovSetting:
     """tokens generated after the uniform prefix of w tokens (the loss positions)."""
     reversed_importance: bool = False
     """put the most important block farthest back."""
+    frobenius_orthogonal: bool = False
+    """Gram-Schmidt the Q_k in the Frobenius inner product (tr Q_i^T Q_j = 0), as in the
+    authors' head-dynamics figure."""
 
     def __post_init__(self):
         require(self.vocab >= 2, "vocab", self.vocab, "an integer >= 2")
@@ -77,13 +80,27 @@ class MarkovSetting:
 
 
 def teacher(setting: MarkovSetting, key) -> jnp.ndarray:
-    """A* (h x d x d): c_k times an independent random orthogonal matrix."""
+    """A* (h x d x d): c_k times an independent random orthogonal matrix (optionally made
+    Frobenius-orthogonal across blocks)."""
     def orthogonal(k):
         u, _, vt = jnp.linalg.svd(jax.random.normal(k, (setting.vocab, setting.vocab)))
         return u @ vt
 
     Q = jax.vmap(orthogonal)(jax.random.split(key, setting.h))
+    if setting.frobenius_orthogonal:
+        Q = _frobenius_gram_schmidt(Q)
     return jnp.asarray(setting.importances())[:, None, None] * Q
+
+
+def _frobenius_gram_schmidt(Q):
+    """Make tr(Q_i^T Q_j) = 0 for i != j, keeping ||Q_k||_F = sqrt(d) (that of an orthogonal
+    matrix)."""
+    out = []
+    for q in Q:
+        for p in out:
+            q = q - jnp.sum(q * p) / jnp.sum(p * p) * p
+        out.append(q * jnp.sqrt(q.shape[0] / jnp.sum(q * q)))
+    return jnp.stack(out)
 
 
 def context_logits(setting: MarkovSetting, A, context, blocks: int | None = None):

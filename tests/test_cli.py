@@ -104,3 +104,23 @@ def test_incremental_timing_quick_figure(tmp_path):
     summary = json.loads((tmp_path / "incremental-timing" / "summary.json").read_text())
     assert {r["metric"] for r in summary["rows"]} == {"replicator", "logit"}
     assert all(r["measured"] != "nan" for r in summary["rows"] if r["stage"] <= 2)
+
+
+@pytest.mark.slow
+def test_incremental_head_dynamics_quick_figure(tmp_path):
+    assert main(["figure", "incremental-head-dynamics", "--quick", "--quiet", "--out",
+                 str(tmp_path)]) == 0
+    run_dir = tmp_path / "incremental-head-dynamics"
+    data, _ = load(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert np.isfinite(summary["heads_split_step"]) and summary["steps_per_ode_time"] > 0
+    assert data["block_mass"].dims == ("step", "head", "block")
+    assert (run_dir / "incremental-head-dynamics.png").stat().st_size > 0
+
+
+def test_ode_heads_are_matched_to_the_trained_heads():
+    from figures.incremental_head_dynamics import _match_heads
+
+    trained = np.array([[0.1, 0.9, 0.0], [0.9, 0.1, 0.0], [0.2, 0.0, 0.8]])
+    ode = trained[[2, 0, 1]]
+    assert [int(i) for i in _match_heads(trained, ode)] == [1, 2, 0]

@@ -33,6 +33,16 @@ def test_teacher_blocks_are_scaled_orthogonal_matrices(seed, m):
     assert s.importances()[0] == pytest.approx(m)  # most recent block is the most important
 
 
+def test_frobenius_orthogonal_teacher():
+    s = MarkovSetting(vocab=6, blocks=(1, 1, 1), m=1.5, frobenius_orthogonal=True)
+    A = np.asarray(teacher(s, jax.random.PRNGKey(3)))
+    gram = np.einsum("iab,jab->ij", A, A)
+    np.testing.assert_allclose(gram, np.diag(6 * s.importances() ** 2), atol=1e-9)
+    plain = np.asarray(teacher(MarkovSetting(vocab=6, blocks=(1, 1, 1), m=1.5),
+                               jax.random.PRNGKey(3)))
+    assert abs(np.einsum("ab,ab->", plain[0], plain[1])) > 1e-6  # not orthogonal by itself
+
+
 def test_sampler_follows_the_teacher_conditionals():
     A = teacher(SMALL, jax.random.PRNGKey(0))
     seqs = np.asarray(sample_sequences(SMALL, A, jax.random.PRNGKey(1), 40000))
