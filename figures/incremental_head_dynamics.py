@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import load_figure_data, save_figure, store_figure_data
+from figures.output import run_figure
 from simulate import markov_training
 from simulate.head_ode import solve
 from simulate.markov_training import MarkovMinimalConfig, split_step
@@ -96,19 +96,14 @@ def compute(cfg: HeadDynamicsConfig) -> tuple[xr.Dataset, dict]:
     return data, summary
 
 
+def report(summary: dict) -> str:
+    return (f"heads split at step {summary['heads_split_step']:.0f} (training) and at ODE time "
+            f"{summary['ode_heads_split_time']:.4g}: {summary['steps_per_ode_time']:.4g} steps per "
+            "unit ODE time")
+
+
 def run(cfg: HeadDynamicsConfig) -> dict:
-    out = cfg.run_dir()
-    if cfg.replot:
-        data, _, summary = load_figure_data(out, FIGURE_ID)
-    else:
-        data, summary = compute(cfg)
-        store_figure_data(out, FIGURE_ID, cfg, {"seed_ids": [cfg.seed]}, data, summary)
-    paths = save_figure(out, FIGURE_ID, plot(data, summary))
-    print(f"heads split at step {summary['heads_split_step']:.0f} (training) and at ODE time "
-          f"{summary['ode_heads_split_time']:.4g}: {summary['steps_per_ode_time']:.4g} steps per "
-          "unit ODE time")
-    print("wrote " + ", ".join(str(p) for p in [*paths, out / "summary.json"]))
-    return summary
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):

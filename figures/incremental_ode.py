@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from figures.head_config import HeadOdeConfig
-from figures.output import format_table, load_figure_data, save_figure, store_figure_data
+from figures.output import format_table, run_figure
 from simulate.head_ode import plateau_levels, solve
 from simulate.lumped_escape import lumped_escape_time
 from simulate.stages import RULE, STAGE1_EVENT, lead_mass_time, measured_plateaus
@@ -115,18 +115,7 @@ def report(summary: dict) -> str:
 
 
 def run(cfg: HeadOdeConfig) -> dict:
-    out = cfg.run_dir(FIGURE_ID)
-    if cfg.replot:
-        data, _, summary = load_figure_data(out, FIGURE_ID)
-    else:
-        data, summary = compute(cfg)
-        store_figure_data(out, FIGURE_ID, cfg, {"seed_ids": summary["seeds"],
-                                                "rule": "noise xi ~ N(0, I) from PRNGKey(seed)"},
-                          data, summary)
-    paths = save_figure(out, FIGURE_ID, plot(data, summary))
-    print(report(summary))
-    print("wrote " + ", ".join(str(p) for p in [*paths, out / "summary.json"]))
-    return summary
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(FIGURE_ID), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, load_figure_data, save_figure, store_figure_data
+from figures.output import format_table, run_figure
 from simulate.head_ode import plateau_levels, solve
 from simulate.lumped_escape import lumped_escape_time
 from simulate.stages import RULE, STAGE1_EVENT, lead_mass_time
@@ -154,22 +154,12 @@ def report(summary: dict) -> str:
 
 
 def run(cfg: TimingConfig) -> dict:
-    out = cfg.run_dir()
-    if cfg.replot:
-        data, _, summary = load_figure_data(out, FIGURE_ID)
-    else:
-        data, summary = compute(cfg)
-        store_figure_data(out, FIGURE_ID, cfg, {"seed_ids": list(data["seed"].values),
-                                                "rule": "noise xi ~ N(0, I) from PRNGKey(seed)"},
-                          data, summary)
-    paths = save_figure(out, FIGURE_ID, plot(data))
-    print(report(summary))
-    print("wrote " + ", ".join(str(p) for p in [*paths, out / "summary.json"]))
-    return summary
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
-def plot(data: xr.Dataset):
-    """Draw the figure from stored data only."""
+def plot(data: xr.Dataset, summary: dict):
+    """Draw the figure from stored data only (the summary is not needed here)."""
+    del summary
     import matplotlib.pyplot as plt
 
     metrics, ms = list(data["metric"].values), list(data["m"].values)

@@ -36,6 +36,22 @@ def load_figure_data(out: Path, figure_id: str):
     return data, config, json.loads((out / "summary.json").read_text())
 
 
+def run_figure(figure_id: str, cfg, out: Path, compute, plot, report) -> dict:
+    """The life of a figure: ``compute(cfg) -> (data, summary)`` into the run store (or, with
+    ``cfg.replot``, the stored data), ``plot(data, summary)`` from those data only, and
+    ``report(summary)`` on stdout. Returns the summary."""
+    if cfg.replot:
+        data, _, summary = load_figure_data(out, figure_id)
+    else:
+        data, summary = compute(cfg)
+        seed_ids = data["seed"].values.tolist() if "seed" in data.coords else [cfg.seed]
+        store_figure_data(out, figure_id, cfg, {"seed_ids": seed_ids}, data, summary)
+    paths = save_figure(out, figure_id, plot(data, summary))
+    print(report(summary))
+    print("wrote " + ", ".join(str(p) for p in [*paths, out / "summary.json"]))
+    return summary
+
+
 def save_figure(out: Path, figure_id: str, fig) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{figure_id}.png", out / f"{figure_id}.pdf"]
