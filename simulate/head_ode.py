@@ -15,11 +15,8 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
-import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx

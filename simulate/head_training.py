@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -25,7 +22,7 @@ from simulate.head_field import logit_field, loss
 from simulate.head_options import HeadSystemOptions
 from simulate.lumped_escape import lumped_escape_time
 from simulate.runner import RunOptions, run_experiment
-from simulate.stages import RULE, STAGE1_EVENT, first_crossing, lead_mass_time, midpoints
+from simulate.stages import RULE, STAGE1_EVENT, lead_mass_time, stage_times
 from simulate.train import Problem
 from theory.head_stages import predict_stages
 from theory.heads import HeadSystem
@@ -108,7 +105,7 @@ def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
     measured = []
     for b in range(loss_.shape[0]):
         row = [lead_mass_time(steps, mass[b], [0])]
-        row += [first_crossing(steps, loss_[b], c) for c in midpoints(levels)[1:]]
+        row += list(stage_times(steps, loss_[b], levels)[1:])
         measured.append(row)
     measured = np.array(measured)
     if cfg.optimizer == "sgd":

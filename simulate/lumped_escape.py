@@ -6,10 +6,6 @@ diffrax in float64 up to the event p = 1/2. No closed form is known once values 
 
 from __future__ import annotations
 
-import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import diffrax
 import jax.numpy as jnp
 import optimistix as optx

@@ -14,9 +14,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import numpy as np
 import optax
