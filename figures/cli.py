@@ -1,4 +1,4 @@
-"""The ``stagewise`` command line (ARCHITECTURE §3): list, derive, figure."""
+"""The ``stagewise`` command line (ARCHITECTURE §3): list, derive, figure, compare, run, sweep."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tyro
 
 from theory.validation import ConfigError, require
 
-USAGE = ("usage: stagewise {list,derive,figure,run,sweep} ... "
+USAGE = ("usage: stagewise {list,derive,figure,compare,run,sweep} ... "
          "(stagewise COMMAND --help for options)")
 
 
@@ -87,6 +87,18 @@ def _figure(args: list[str]) -> int:
     return 0
 
 
+def _compare(args: list[str]) -> int:
+    from figures.registry import comparisons
+
+    known = comparisons()
+    if not args or args[0] not in known:
+        got = args[0] if args else "(none)"
+        return _fail(f"comparison = {got!r}: one of {', '.join(known)}")
+    config, run_comparison = known[args[0]]
+    run_comparison(parse(config, args[1:], f"stagewise compare {args[0]}"))
+    return 0
+
+
 def _experiment(name: str | None):
     from simulate.experiments import EXPERIMENTS
 
@@ -125,8 +137,8 @@ def _sweep(args: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"list": lambda a: _list(), "derive": _derive, "figure": _figure, "run": _run,
-                "sweep": _sweep}
+    commands = {"list": lambda a: _list(), "derive": _derive, "figure": _figure,
+                "compare": _compare, "run": _run, "sweep": _sweep}
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

@@ -19,7 +19,7 @@ import xarray as xr
 from figures.output import run_figure
 from simulate import markov_training
 from simulate.head_ode import solve
-from simulate.markov_training import MarkovMinimalConfig, split_step
+from simulate.markov_training import MarkovTrainConfig, split_step
 from simulate.store import load
 from theory.heads import HeadSetting
 
@@ -27,7 +27,7 @@ FIGURE_ID = "incremental-head-dynamics"
 
 
 @dataclass(frozen=True)
-class HeadDynamicsConfig(MarkovMinimalConfig):
+class HeadDynamicsConfig(MarkovTrainConfig):
     """Minimal transformer, q = 1e-9, W_V = 0, Frobenius-orthogonal teacher, online 512/step."""
 
     frobenius_orthogonal: bool = True
@@ -39,9 +39,9 @@ class HeadDynamicsConfig(MarkovMinimalConfig):
     replot: bool = False
     """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
-    def training(self) -> MarkovMinimalConfig:
-        base = {f.name: getattr(self, f.name) for f in fields(MarkovMinimalConfig)}
-        cfg = MarkovMinimalConfig(**{**base, "out": self.run_dir() / "training", "seeds": 1})
+    def training(self) -> MarkovTrainConfig:
+        base = {f.name: getattr(self, f.name) for f in fields(MarkovTrainConfig)}
+        cfg = MarkovTrainConfig(**{**base, "out": self.run_dir() / "training", "seeds": 1})
         if self.quick:
             cfg = replace(cfg, vocab=20, batch=256, validation=256, steps=1000)
         return cfg
@@ -50,7 +50,7 @@ class HeadDynamicsConfig(MarkovMinimalConfig):
         return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
 
 
-def _ode_block_mass(cfg: MarkovMinimalConfig):
+def _ode_block_mass(cfg: MarkovTrainConfig):
     """Reduced system of the same blocks and importances over the L lags the last query sees."""
     setting = HeadSetting(heads=cfg.heads, blocks=tuple(cfg.blocks), window=cfg.length - 1,
                           importances=tuple(cfg.task().importances()), metric="replicator")
@@ -73,7 +73,7 @@ def compute(cfg: HeadDynamicsConfig) -> tuple[xr.Dataset, dict]:
     training = cfg.training()
     markov_training.run(training)
     ds, _ = load(training.out)
-    run = ds.isel(seed=0)
+    run = ds.isel(seed=0, layer=0)  # the one-layer model's attention
     steps = run["step"].values
     ts, ode_mass, ode_value = _ode_block_mass(training)
     train_split = split_step(steps, run["block_mass"].values)

@@ -1,18 +1,22 @@
-"""Figure incremental-timing, ODE half: predicted vs measured stage times of the reduced head system
-across the symmetry-breaking scale eps and the importance ratio m, for both metrics
-(spec incremental.md §7 incremental-timing, §5.6; predictions from ``theory.head_stages``).
+"""Figure incremental-timing: predicted vs measured stage times (spec incremental.md §7
+incremental-timing, §5.6). (i) ODE half: the reduced head system across the symmetry-breaking scale
+eps and the importance ratio m, for both metrics (predictions from ``theory.head_stages``).
+(ii) Training half (``figures.incremental_timing_training``): the minimal transformer's stage
+boundaries in steps across the query-init scale q and m, against the reduced system integrated from
+the networks' initial logits with one calibrated time-scale factor.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
+from figures import incremental_timing_training as training_half
 from figures.output import format_table, run_figure
 from simulate.head_ode import plateau_levels, solve
 from simulate.lumped_escape import lumped_escape_time
@@ -50,6 +54,11 @@ class TimingConfig:
     """no progress bar."""
     replot: bool = False
     """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+    training: bool = True
+    """also run the training half: the minimal transformer over a (q, m) grid (part ii)."""
+    train: training_half.TrainingGrid = field(default_factory=training_half.TrainingGrid)
+    """grid and sizes of the training half (quick: q in {1e-3, 1e-7}, m in {1.5, 1.7}, one seed,
+    256 sequences per step, 1000 steps)."""
 
     def __post_init__(self):
         require(len(self.eps) > 0 and all(e > 0 for e in self.eps), "eps", self.eps,
@@ -136,6 +145,11 @@ def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
                "grid": {"m": ms, "eps": epss, "seeds": n_seeds, "heads": cfg.heads,
                         "window": cfg.window, "metrics": list(cfg.metrics)},
                "rows": rows, "sqrt_slopes": slopes, "timing": timing}
+    if cfg.training:
+        grid = cfg.train.quick() if cfg.quick else cfg.train
+        train_data, summary["training"] = training_half.training_timing(
+            grid, cfg.run_dir() / "training", cfg.quiet)
+        data = xr.merge([data, train_data])
     return data, summary
 
 
@@ -150,6 +164,8 @@ def report(summary: dict) -> str:
     lines += [f"{metric}: {t['trajectories']} trajectories vmapped, compile "
               f"{t['compile_seconds']:.2f} s, run {t['run_seconds']:.2f} s"
               for metric, t in summary["timing"].items()]
+    if "training" in summary:
+        lines.append(training_half.report(summary["training"]))
     return "\n".join(lines)
 
 
@@ -164,7 +180,9 @@ def plot(data: xr.Dataset, summary: dict):
 
     metrics, ms = list(data["metric"].values), list(data["m"].values)
     L = np.log(1 / data["eps"].values)
-    fig, axes = plt.subplots(len(metrics), 3, figsize=(14, 4.2 * len(metrics)), squeeze=False)
+    training = "train_measured_step" in data
+    n_rows = len(metrics) + training
+    fig, axes = plt.subplots(n_rows, 3, figsize=(14, 4.2 * n_rows), squeeze=False)
     colors = dict(zip(ms, plt.cm.plasma(np.linspace(0, 0.85, len(ms)))))
     for row, metric in zip(axes, metrics):
         pred = data["predicted_time"].sel(metric=metric)
@@ -198,6 +216,9 @@ def plot(data: xr.Dataset, summary: dict):
                    ylabel=f"$t_{stage} - t_{stage - 1}$ (ODE time)",
                    title=f"{metric}: plateau before stage {stage} (dashed: predicted)")
             ax.legend(fontsize=8)
-    fig.suptitle("Reduced head ODE: predicted (dashed) vs measured (dots) stage times")
+    if training:
+        training_half.plot_row(axes[-1], data)
+    fig.suptitle("Reduced head ODE: predicted (dashed) vs measured (dots) stage times"
+                 + ("; bottom row: minimal transformer training" if training else ""))
     fig.tight_layout()
     return fig

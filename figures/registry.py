@@ -20,7 +20,16 @@ class Figure:
 
 
 def _implemented() -> dict[str, Figure]:
-    from figures import incremental_head_dynamics, incremental_ode, incremental_timing
+    from figures import (
+        incremental_dataset_size,
+        incremental_full,
+        incremental_head_dynamics,
+        incremental_importance,
+        incremental_init_scale,
+        incremental_minimal,
+        incremental_ode,
+        incremental_timing,
+    )
     from figures.head_config import HeadOdeConfig
 
     return {
@@ -28,20 +37,44 @@ def _implemented() -> dict[str, Figure]:
                                   "reduced head ODE: attention, values, loss with predicted stages "
                                   "(paper Fig. 10)", HeadOdeConfig, incremental_ode.run),
         "incremental-timing": Figure("incremental-timing", "incremental",
-                                     "predicted vs measured stage times across eps and m, both "
-                                     "metrics (ODE half)", incremental_timing.TimingConfig,
-                                     incremental_timing.run),
+                                     "predicted vs measured stage times: reduced ODE across eps "
+                                     "and m, both metrics; minimal transformer across q and m",
+                                     incremental_timing.TimingConfig, incremental_timing.run),
         "incremental-head-dynamics": Figure(
             "incremental-head-dynamics", "incremental",
             "minimal transformer's head attention and value alignment per block, with the "
             "reduced ODE (rebuttal Fig. B)", incremental_head_dynamics.HeadDynamicsConfig,
             incremental_head_dynamics.run),
+        "incremental-full": Figure(
+            "incremental-full", "incremental",
+            "full one-layer transformer: composite attention with lag blocks, KL ladder to the "
+            "truncated teachers and learned baselines (paper Figs. 2-3)",
+            incremental_full.FullConfig, incremental_full.run),
+        "incremental-dataset-size": Figure(
+            "incremental-dataset-size", "incremental",
+            "early stopping selects a smaller-context class with fewer training sequences "
+            "(paper Fig. 5)", incremental_dataset_size.DatasetSizeConfig,
+            incremental_dataset_size.run),
+        "incremental-minimal": Figure(
+            "incremental-minimal", "incremental",
+            "minimal transformer: ideal attention, KL ladder with stages, validation loss with "
+            "yardsticks, composite attention maps (paper Fig. 1, Figs. 6-7)",
+            incremental_minimal.MinimalConfig, incremental_minimal.run),
+        "incremental-init-scale": Figure(
+            "incremental-init-scale", "incremental",
+            "excess validation loss against the step for query-init scales q, Xavier and q = 0 "
+            "(paper Fig. 4 left)", incremental_init_scale.InitScaleConfig,
+            incremental_init_scale.run),
+        "incremental-importance": Figure(
+            "incremental-importance", "incremental",
+            "excess validation loss against the step for importance ratios m, stage-1 step vs m "
+            "(paper Fig. 4 right)", incremental_importance.ImportanceConfig,
+            incremental_importance.run),
     }
 
 
 PLANNED = {
-    "incremental": ["incremental-minimal", "incremental-full", "incremental-init-scale",
-                    "incremental-importance", "incremental-dataset-size"],
+    "incremental": [],
     "focus-dilution": ["focus-dilution-stages", "focus-dilution-same-pi",
                        "focus-dilution-embedding-pca", "focus-dilution-entropy-cycles",
                        "focus-dilution-timing", "focus-dilution-symmetry-breaking",
@@ -54,6 +87,13 @@ PLANNED = {
     "mean-field": ["mean-field-density", "mean-field-control-norm", "mean-field-energy",
                    "mean-field-escape", "mean-field-threshold"],
 }
+
+
+def comparisons() -> dict[str, tuple[type, Callable]]:
+    """``stagewise compare NAME``: (config type, run) of each predicted-vs-measured comparison."""
+    from figures import compare_incremental
+
+    return {"incremental": (compare_incremental.CompareConfig, compare_incremental.run)}
 
 
 def all_figures() -> dict[str, Figure]:

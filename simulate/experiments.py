@@ -8,7 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from simulate import head_training, markov_training
+from simulate import (
+    head_training,
+    markov_training,
+    regression_training,
+)
 
 
 @dataclass(frozen=True)
@@ -26,8 +30,14 @@ EXPERIMENTS = {
         head_training.HeadTrainConfig, head_training.run),
     markov_training.NAME: Experiment(
         markov_training.NAME,
-        "minimal transformer trained online on the high-order Markov chain (paper Figs. 6-7)",
-        markov_training.MarkovMinimalConfig, markov_training.run),
+        "minimal or full transformer (1-2 layers, c-gram baselines) trained on the high-order "
+        "Markov chain, online or on a finite set (paper Figs. 1-7)",
+        markov_training.MarkovTrainConfig, markov_training.run),
+    regression_training.NAME: Experiment(
+        regression_training.NAME,
+        "minimal transformer on the regression variant under gradient flow, with the reduced "
+        "state and the reduction's assumptions logged",
+        regression_training.RegressionConfig, regression_training.run),
 }
 
 

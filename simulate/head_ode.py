@@ -101,12 +101,13 @@ def _solve_batch(G, theta0, levels, grid, t_max, *, power, h, progress, tied):
 
 
 def solve(setting: HeadSetting, eps, seeds, t_max: float, n_save: int = 1500, targets=None,
-          levels=None, progress: bool = False, symmetric: bool = False) -> OdeBatch:
+          levels=None, progress: bool = False, symmetric: bool = False, theta0=None) -> OdeBatch:
     """Integrate a batch: ``eps``, ``seeds`` (and optionally ``targets`` G, ``levels`` plateau levels)
     are given per trajectory; ``levels`` default to the derived plateau levels of ``setting``.
 
     ``symmetric=True`` integrates the exact symmetric subspace (all heads equal, eps unused); the
-    returned arrays still have H heads, all equal."""
+    returned arrays still have H heads, all equal. ``theta0`` (B x H x T) replaces the noise draw
+    (e.g. the logits a network's initialisation maps to)."""
     eps, seeds = np.atleast_1d(eps).astype(float), np.atleast_1d(seeds)
     B = max(len(eps), len(seeds))
     eps, seeds = np.broadcast_to(eps, (B,)), np.broadcast_to(seeds, (B,))
@@ -118,7 +119,7 @@ def solve(setting: HeadSetting, eps, seeds, t_max: float, n_save: int = 1500, ta
     mids = np.broadcast_to(midpoints(levels.T).T if levels.ndim == 2 else midpoints(levels),
                            (B, levels.shape[-1] - 1))
     grid = log_grid(t_max, n_save)
-    theta0 = initial_logits(setting, eps, seeds)
+    theta0 = initial_logits(setting, eps, seeds) if theta0 is None else jnp.asarray(theta0)
     if symmetric:
         theta0 = jnp.zeros_like(theta0[:, :1])
     args = (jnp.asarray(targets), theta0, jnp.asarray(mids), jnp.asarray(grid),
