@@ -73,12 +73,40 @@ def _implemented() -> dict[str, Figure]:
     }
 
 
+def _focus_dilution() -> dict[str, Figure]:
+    from figures import (
+        focus_dilution_embedding_pca,
+        focus_dilution_entropy_cycles,
+        focus_dilution_same_pi,
+        focus_dilution_stages,
+        focus_dilution_symmetry_breaking,
+        focus_dilution_text,
+        focus_dilution_timing,
+    )
+
+    entries = [
+        (focus_dilution_stages, "StagesConfig",
+         "flow: singular values, attention on token 0, loss plateaus, rates (experiment A)"),
+        (focus_dilution_same_pi, "SamePiConfig",
+         "chains with the same pi: Stage I shared, Stage II at c_P (experiment B)"),
+        (focus_dilution_embedding_pca, "PcaConfig",
+         "PCA of the embedding rows over time, theta_c^1, redistribution (experiment C)"),
+        (focus_dilution_entropy_cycles, "CyclesConfig",
+         "per-query attention entropy and embedding norms over two cycles (experiment D)"),
+        (focus_dilution_timing, "TimingConfig",
+         "stage onsets against ln(1/eps) with slopes 1/sigma and 1/sigma + 1/c; growth at 2c"),
+        (focus_dilution_symmetry_breaking, "SymmetryConfig",
+         "stall at delta = 0 and escape rate against delta with mu_IV and k_delta"),
+        (focus_dilution_text, "TextConfig",
+         "attention of tracked queries on real text (bundled CPython text or --text PATH)"),
+    ]
+    return {m.FIGURE_ID: Figure(m.FIGURE_ID, "focus-dilution", description, getattr(m, config),
+                                m.run) for m, config, description in entries}
+
+
 PLANNED = {
     "incremental": [],
-    "focus-dilution": ["focus-dilution-stages", "focus-dilution-same-pi",
-                       "focus-dilution-embedding-pca", "focus-dilution-entropy-cycles",
-                       "focus-dilution-timing", "focus-dilution-symmetry-breaking",
-                       "focus-dilution-text"],
+    "focus-dilution": [],
     "clustering-head": ["clustering-head-sandbox", "clustering-head-attention",
                         "clustering-head-loss-spike", "clustering-head-finetune",
                         "clustering-head-ablations", "clustering-head-fixed-point"],
@@ -91,13 +119,14 @@ PLANNED = {
 
 def comparisons() -> dict[str, tuple[type, Callable]]:
     """``stagewise compare NAME``: (config type, run) of each predicted-vs-measured comparison."""
-    from figures import compare_incremental
+    from figures import compare_focus_dilution, compare_incremental
 
-    return {"incremental": (compare_incremental.CompareConfig, compare_incremental.run)}
+    return {"incremental": (compare_incremental.CompareConfig, compare_incremental.run),
+            "focus-dilution": (compare_focus_dilution.CompareConfig, compare_focus_dilution.run)}
 
 
 def all_figures() -> dict[str, Figure]:
-    figures = _implemented()
+    figures = {**_implemented(), **_focus_dilution()}
     for paper, ids in PLANNED.items():
         for fid in ids:
             figures.setdefault(fid, Figure(fid, paper, "not implemented yet"))

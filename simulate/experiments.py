@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from simulate import (
+    focus_dilution_training,
     head_training,
     markov_training,
     regression_training,
@@ -38,6 +39,11 @@ EXPERIMENTS = {
         "minimal transformer on the regression variant under gradient flow, with the reduced "
         "state and the reduction's assumptions logged",
         regression_training.RegressionConfig, regression_training.run),
+    focus_dilution_training.NAME: Experiment(
+        focus_dilution_training.NAME,
+        "one-layer attention model of the focus-dilution paper on sampled Markov sequences or "
+        "real text (GD or Adam), with the population observables logged",
+        focus_dilution_training.FocusDilutionConfig, focus_dilution_training.run),
 }
 
 
