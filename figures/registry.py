@@ -104,6 +104,31 @@ def _focus_dilution() -> dict[str, Figure]:
                                 m.run) for m, config, description in entries}
 
 
+def _mean_field() -> dict[str, Figure]:
+    from figures import (
+        mean_field_control_norm,
+        mean_field_density,
+        mean_field_energy,
+        mean_field_escape,
+        mean_field_threshold,
+    )
+
+    entries = [
+        (mean_field_density, "DensityConfig",
+         "token density over depth, W = 0 vs trained FFN, with the escape onset"),
+        (mean_field_control_norm, "ControlNormConfig",
+         "||W_t|| over depth for several lambda, linear response and e^{-kappa(T-t)}"),
+        (mean_field_energy, "EnergyConfig",
+         "F_tau and r_2 over depth, W = 0 vs trained, with the dissipation identity"),
+        (mean_field_escape, "EscapeConfig",
+         "escape against lambda (Gramian/lambda law, saturation) and terminal width vs kappa"),
+        (mean_field_threshold, "ThresholdConfig",
+         "clustering onset r_1 vs tau/tau_c with tau_c = I_1(beta)/beta, mode-1 growth rate"),
+    ]
+    return {m.FIGURE_ID: Figure(m.FIGURE_ID, "mean-field", description, getattr(m, config),
+                                m.run) for m, config, description in entries}
+
+
 PLANNED = {
     "incremental": [],
     "focus-dilution": [],
@@ -112,8 +137,7 @@ PLANNED = {
                         "clustering-head-ablations", "clustering-head-fixed-point"],
     "emergence": ["emergence-linear-map", "emergence-sparsity", "emergence-ca-plateau",
                   "emergence-heads-vs-dim", "emergence-mixer", "emergence-times"],
-    "mean-field": ["mean-field-density", "mean-field-control-norm", "mean-field-energy",
-                   "mean-field-escape", "mean-field-threshold"],
+    "mean-field": [],
 }
 
 
@@ -126,7 +150,7 @@ def comparisons() -> dict[str, tuple[type, Callable]]:
 
 
 def all_figures() -> dict[str, Figure]:
-    figures = {**_implemented(), **_focus_dilution()}
+    figures = {**_implemented(), **_focus_dilution(), **_mean_field()}
     for paper, ids in PLANNED.items():
         for fid in ids:
             figures.setdefault(fid, Figure(fid, paper, "not implemented yet"))

@@ -12,6 +12,7 @@ from simulate import (
     focus_dilution_training,
     head_training,
     markov_training,
+    mean_field_training,
     regression_training,
 )
 
@@ -44,6 +45,11 @@ EXPERIMENTS = {
         "one-layer attention model of the focus-dilution paper on sampled Markov sequences or "
         "real text (GD or Adam), with the population observables logged",
         focus_dilution_training.FocusDilutionConfig, focus_dilution_training.run),
+    mean_field_training.NAME: Experiment(
+        mean_field_training.NAME,
+        "noisy mean-field transformer (tokens on the sphere, fixed attention) with a trained "
+        "depth-dependent FFN W_t sigma(x), L2-regularised, Adam through the SDE",
+        mean_field_training.MeanFieldConfig, mean_field_training.run),
 }
 
 
