@@ -22,8 +22,8 @@ import optax
 from simulate.markov_task import MarkovSetting, teacher
 from simulate.regression_task import lag_matrix, moment_error, sample_inputs, targets
 from simulate.runner import RunOptions, run_experiment
-from simulate.train import Problem
-from theory.head_reduction import ASSUMPTIONS, reduced_setting, value_scale
+from simulate.train import Problem, seed_streams
+from theory.head_reduction import ASSUMPTIONS, reduced_setting, reduced_state, value_scale
 from theory.validation import require
 
 NAME = "regression-minimal"
@@ -183,16 +183,15 @@ def problem(cfg: RegressionConfig):
 
 
 def initial_reduced_logits(cfg: RegressionConfig) -> np.ndarray:
-    """theta_k(0) (seeds x H x T, lag order) of the reduced system, from each seed's network
-    initialisation (``theory.head_reduction.reduced_state``)."""
-    from simulate.train import seed_streams
-
+    """theta_k(0) (seeds x H x T, lag order) of the reduced system: each seed's network
+    initialisation through ``theory.head_reduction.reduced_state``."""
     prob, _ = problem(cfg)
     keys = seed_streams(cfg.seed_ids)
     params = jax.vmap(prob.init)(keys["init"], keys["noise"])
-    d, L, D = cfg.vocab, cfg.length, cfg.D
-    lags = d + L - np.arange(1, L + 1)  # lag i -> key row d + (L - i)
-    return np.asarray(params["WQ"][:, :, lags, d + L - 1]) / math.sqrt(D)
+    A = teacher(cfg.task(), jax.random.PRNGKey(cfg.teacher_seed))
+    _, theta = reduced_state(np.asarray(params["WQ"]), np.asarray(params["WV"]), np.asarray(A),
+                             cfg.vocab)
+    return theta
 
 
 def run(cfg: RegressionConfig):
