@@ -21,6 +21,13 @@ class Figure:
 
 def _implemented() -> dict[str, Figure]:
     from figures import (
+        clustering_head_attention,
+        clustering_head_fixed_point,
+        clustering_head_sandbox,
+        emergence_linear_map,
+        emergence_mixer,
+        emergence_sparsity,
+        emergence_times,
         incremental_dataset_size,
         incremental_full,
         incremental_head_dynamics,
@@ -33,6 +40,40 @@ def _implemented() -> dict[str, Figure]:
     from figures.head_config import HeadOdeConfig
 
     return {
+        "clustering-head-attention": Figure(
+            "clustering-head-attention", "clustering-head",
+            "probe attention of one class at epoch 0 and at the end; first-block attention "
+            "mass A_k over epochs, mean +- std over seeds, with A_k = 1 and k/L",
+            clustering_head_attention.AttentionConfig, clustering_head_attention.run),
+        "clustering-head-sandbox": Figure(
+            "clustering-head-sandbox", "clustering-head",
+            "visual sandbox frames of one seed: E, P, Z, probe attention, xi with level lines, "
+            "N(xi) with FFN receptors, emitters, loss and accuracy (8 of the paper's 16 panels)",
+            clustering_head_sandbox.SandboxConfig, clustering_head_sandbox.run),
+        "clustering-head-fixed-point": Figure(
+            "clustering-head-fixed-point", "clustering-head",
+            "symmetry defect of P from the ideal init: population full batch stays on the "
+            "symmetric subspace, train-set and minibatch runs leave it; loss and A_k",
+            clustering_head_fixed_point.FixedPointConfig, clustering_head_fixed_point.run),
+        "emergence-linear-map": Figure(
+            "emergence-linear-map", "emergence",
+            "linear map mod 2: per-cell loss staircase with floor and step levels, head "
+            "entropies with the responsible heads, M vs final pattern mass (blog Fig. 3)",
+            emergence_linear_map.LinearMapConfig, emergence_linear_map.run),
+        "emergence-mixer": Figure(
+            "emergence-mixer", "emergence",
+            "causal MLP-Mixer vs causal transformer on the linear map, loss vs step for several "
+            "sparsities (blog Fig. 6)", emergence_mixer.MixerConfig, emergence_mixer.run),
+        "emergence-sparsity": Figure(
+            "emergence-sparsity", "emergence",
+            "linear map: final loss vs density s/S per state size S, with the floor and the "
+            "search-space size ln C(S, s) (blog Fig. 4 left)", emergence_sparsity.SparsityConfig,
+            emergence_sparsity.run),
+        "emergence-times": Figure(
+            "emergence-times", "emergence",
+            "linear map: survival of per-cell emergence times over vmapped seeds for several "
+            "head counts H, with the lottery prediction", emergence_times.TimesConfig,
+            emergence_times.run),
         "incremental-ode": Figure("incremental-ode", "incremental",
                                   "reduced head ODE: attention, values, loss with predicted stages "
                                   "(paper Fig. 10)", HeadOdeConfig, incremental_ode.run),
@@ -132,11 +173,9 @@ def _mean_field() -> dict[str, Figure]:
 PLANNED = {
     "incremental": [],
     "focus-dilution": [],
-    "clustering-head": ["clustering-head-sandbox", "clustering-head-attention",
-                        "clustering-head-loss-spike", "clustering-head-finetune",
-                        "clustering-head-ablations", "clustering-head-fixed-point"],
-    "emergence": ["emergence-linear-map", "emergence-sparsity", "emergence-ca-plateau",
-                  "emergence-heads-vs-dim", "emergence-mixer", "emergence-times"],
+    "clustering-head": ["clustering-head-loss-spike", "clustering-head-finetune",
+                        "clustering-head-ablations"],
+    "emergence": ["emergence-ca-plateau", "emergence-heads-vs-dim"],
     "mean-field": [],
 }
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from simulate import (
+    clustering_training,
+    emergence_training,
     focus_dilution_training,
     head_training,
     markov_training,
@@ -50,6 +52,16 @@ EXPERIMENTS = {
         "noisy mean-field transformer (tokens on the sphere, fixed attention) with a trained "
         "depth-dependent FFN W_t sigma(x), L2-regularised, Adam through the SDE",
         mean_field_training.MeanFieldConfig, mean_field_training.run),
+    clustering_training.NAME: Experiment(
+        clustering_training.NAME,
+        "2-D clustering-head model (one query, RMS norm, residual FFN) on sparse modular "
+        "addition, Adam, weights logged every epoch (clustering-head paper)",
+        clustering_training.ClusteringConfig, clustering_training.run),
+    emergence_training.NAME: Experiment(
+        emergence_training.NAME,
+        "causal transformer (1-2 layers, attention-bias option) or causal MLP-Mixer on the "
+        "linear map mod 2 or cellular automata, per-cell losses and head entropies logged",
+        emergence_training.EmergenceConfig, emergence_training.run),
 }
 
 
