@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.clustering_task import histograms
 from simulate.clustering_training import SUCCESS_ACCURACY, ClusteringConfig
 from simulate.clustering_training import run as train_run
@@ -57,7 +57,7 @@ class AttentionConfig:
                 "a multiple of 10, >= 10")
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def training(self) -> ClusteringConfig:
         seeds, epochs = (8, 200) if self.quick else (self.seeds, self.epochs)

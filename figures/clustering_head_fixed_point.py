@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.clustering_training import ClusteringConfig
 from simulate.clustering_training import run as train_run
 from simulate.store import load
@@ -62,7 +62,7 @@ class FixedPointConfig:
         return 300 if self.quick else self.steps
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def configs(self) -> dict[str, ClusteringConfig]:
         # float64 everywhere, so that what separates (i) from (ii)-(iii) is the sampling, not

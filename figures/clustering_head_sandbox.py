@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.clustering_model import ClusteringHead, rms_norm
 from simulate.clustering_task import draw_data
 from simulate.clustering_training import WEIGHTS, ClusteringConfig, model_at
@@ -64,7 +64,7 @@ class SandboxConfig:
         return (200, (0, 10, 100, 200)) if self.quick else (self.epochs, self.frames)
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def compute(cfg: SandboxConfig) -> tuple[xr.Dataset, dict]:

@@ -33,7 +33,7 @@ from figures.focus_dilution_common import (
     predictions,
     shade_stages,
 )
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import focus_dilution_training as training
 from simulate.focus_dilution_flow import initial_parameters, run_onsets, solve_flow
 from simulate.store import load
@@ -87,7 +87,7 @@ class CompareConfig:
         require(self.horizon > 1, "horizon", self.horizon, "a multiple > 1 of t_IV")
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def finite(self, optimizer: str, t_end: float) -> training.FocusDilutionConfig:
         n_seeds, context, train_size, lr, adam_steps = (

@@ -19,7 +19,7 @@ from pathlib import Path
 import xarray as xr
 
 from figures import compare_cross_entropy, compare_regression
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.regression_training import RegressionConfig
 from theory.validation import require
 
@@ -48,7 +48,7 @@ class CompareConfig:
         require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def regression(self, attention: str) -> RegressionConfig:
         full = attention == "full"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import emergence_training
 from simulate.emergence_tasks import linear_map_floor, linear_map_step_height
 from simulate.emergence_training import EmergenceConfig, emergence_times
@@ -59,7 +59,7 @@ class LinearMapConfig(EmergenceConfig):
         return cfg
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def responsible_heads(steps, cell_loss, pattern_mass, entropy, times):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import emergence_training
 from simulate.emergence_tasks import linear_map_floor
 from simulate.emergence_training import EmergenceConfig
@@ -63,7 +63,7 @@ class SparsityConfig(EmergenceConfig):
                 for S, ss in grid.items() for s in ss}
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def compute(cfg: SparsityConfig) -> tuple[xr.Dataset, dict]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import emergence_training
 from simulate.emergence_training import EmergenceConfig, emergence_times
 from simulate.store import load
@@ -59,7 +59,7 @@ class TimesConfig(EmergenceConfig):
                            out=self.run_dir() / f"H{H}") for H in sorted(counts)}
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def survival(steps, times) -> np.ndarray:

@@ -26,7 +26,7 @@ from figures.focus_dilution_common import (
     predictions,
     shade_stages,
 )
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.focus_dilution_flow import run_onsets, solve_flow, time_grid
 from theory.focus_dilution_manifold import redistribution_response
 
@@ -43,7 +43,7 @@ class PcaConfig(FlowSetting):
     """integrate to this multiple of the predicted Stage-IV onset t_IV."""
 
     def run_dir(self):
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def principal_components(rows: np.ndarray, k: int = 3):

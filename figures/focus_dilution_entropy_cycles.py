@@ -24,7 +24,7 @@ from figures.focus_dilution_common import (
     predictions,
     shade_stages,
 )
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.focus_dilution_flow import run_onsets, solve_flow, time_grid
 from theory.validation import require
 
@@ -49,7 +49,7 @@ class CyclesConfig(FlowSetting):
         require(self.t_max > 0, "t_max", self.t_max, "a horizon > 0")
 
     def run_dir(self):
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def turning_points(values, prominence: float = TURN_PROMINENCE) -> list[tuple[int, str]]:

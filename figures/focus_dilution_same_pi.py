@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from figures.focus_dilution_common import FlowSetting, onset_rules, predictions
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.focus_dilution_flow import run_onsets, solve_flow, time_grid
 from theory.focus_dilution import reversible_transition, transition_matrix
 from theory.validation import require
@@ -48,7 +48,7 @@ class SamePiConfig(FlowSetting):
                 "two or more chains in all (lambdas + mh_chains)")
 
     def run_dir(self):
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def chains(self) -> dict[str, np.ndarray]:
         pi = np.asarray(self.pi)

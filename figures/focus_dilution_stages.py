@@ -27,7 +27,7 @@ from figures.focus_dilution_common import (
     predictions,
     shade_stages,
 )
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.focus_dilution_flow import (
     RATE_WINDOW_RULE,
     measured_rates,
@@ -48,7 +48,7 @@ class StagesConfig(FlowSetting):
     """integrate to this multiple of the predicted Stage-IV onset t_IV."""
 
     def run_dir(self):
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def compute(cfg: StagesConfig) -> tuple[xr.Dataset, dict]:

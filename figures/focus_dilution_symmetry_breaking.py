@@ -19,7 +19,7 @@ import numpy as np
 import xarray as xr
 
 from figures.focus_dilution_common import FlowSetting, measured_plateau
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.focus_dilution_flow import (
     RATE_WINDOW_RULE,
     fit_rate,
@@ -70,7 +70,7 @@ class SymmetryConfig(FlowSetting):
                 "a multiple > 1 of t_IV")
 
     def run_dir(self):
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def grid(self):
         if self.quick:

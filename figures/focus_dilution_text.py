@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import focus_dilution_training as training
 from simulate.store import load
 from simulate.text_corpus import load_corpus
@@ -86,7 +86,7 @@ class TextConfig:
         require(self.lr > 0, "lr", self.lr, "a learning rate > 0")
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def training(self) -> training.FocusDilutionConfig:
         vocab, context, width, batch, steps = ((500, 32, 16, 64, 600) if self.quick else

@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from figures.focus_dilution_common import FlowSetting, onset_rules
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.focus_dilution_flow import (
     RATE_WINDOW_RULE,
     measured_rates,
@@ -50,7 +50,7 @@ class TimingConfig(FlowSetting):
         require(self.horizon > 1, "horizon", self.horizon, "a multiple > 1 of t_II")
 
     def run_dir(self):
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
     def grid(self):
         if self.quick:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from figures.output import figure_dir
 from simulate.head_options import HeadSystemOptions
 from theory.validation import require
 
@@ -41,4 +42,4 @@ class HeadOdeConfig(HeadSystemOptions):
         return 500.0 if self.metric == "replicator" else 2e4
 
     def run_dir(self, figure_id: str) -> Path:
-        return self.out if self.out.name == figure_id else self.out / figure_id
+        return figure_dir(self.out, figure_id)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import markov_training
 from simulate.markov_training import (
     EARLY_STOPPING_RULE,
@@ -139,7 +139,7 @@ class DatasetSizeConfig:
         return replace(base, train_size=n, baselines=baselines, out=self.run_dir() / f"n{n}")
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def best_so_far(excess: np.ndarray) -> np.ndarray:

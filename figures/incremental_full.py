@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import markov_training
 from simulate.markov_training import (
     LADDER_RULE,
@@ -126,7 +126,7 @@ class FullConfig:
         return QUICK_MAP_STEPS if self.quick else tuple(self.map_steps)
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def composite_rgb(maps: np.ndarray) -> np.ndarray:

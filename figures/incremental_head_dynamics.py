@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from figures.output import run_figure
+from figures.output import figure_dir, run_figure
 from simulate import markov_training
 from simulate.head_ode import solve
 from simulate.markov_training import MarkovTrainConfig, split_step
@@ -47,7 +47,7 @@ class HeadDynamicsConfig(MarkovTrainConfig):
         return cfg
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def _ode_block_mass(cfg: MarkovTrainConfig):

@@ -23,7 +23,7 @@ from typing import ClassVar
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import markov_training
 from simulate.markov_training import LADDER_RULE, SPLIT_RULE, MarkovTrainConfig
 from simulate.store import load
@@ -83,7 +83,7 @@ class SweepConfig:
         return cfg
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == self.FIGURE else self.out / self.FIGURE
+        return figure_dir(self.out, self.FIGURE)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 import xarray as xr
 
 from figures.incremental_timing_training import STAGE1_RULE, stage1_step
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import markov_training
 from simulate.markov_training import (
     LADDER_RULE,
@@ -85,7 +85,7 @@ class MinimalConfig(MarkovTrainConfig):
         return (0, 300, 600, 1000) if self.quick else self.map_steps
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def nearest_steps(steps, wanted) -> list[int]:

@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 
 from figures import incremental_timing_training as training_half
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.head_ode import plateau_levels, solve
 from simulate.lumped_escape import lumped_escape_time
 from simulate.stages import RULE, STAGE1_EVENT, lead_mass_time
@@ -76,7 +76,7 @@ class TimingConfig:
         return self.m, self.eps, self.seeds
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def asymptotic_sqrt_slope(setting: HeadSetting) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from figures.mean_field_common import TrainedFigureConfig, fit_rate, linear_response, train
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.mean_field_training import WIDTH_RULE, profile_summary
 from theory.mean_field import lq_width, opposing_rate
 
@@ -34,7 +34,7 @@ class ControlNormConfig(TrainedFigureConfig):
     """lambda values (the spec's three, all in the saturated regime here, plus 1 and 10)."""
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def compute(cfg: ControlNormConfig) -> tuple[xr.Dataset, dict]:

@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from figures.mean_field_common import TrainedFigureConfig, train
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 
 FIGURE_ID = "mean-field-density"
 ONSET_DIFFERENCE = 0.1
@@ -33,7 +33,7 @@ class DensityConfig(TrainedFigureConfig):
     """lambda of the trained flow (the first is drawn)."""
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def escape_onset(depth, trained, untrained, difference: float = ONSET_DIFFERENCE) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from figures.mean_field_common import TrainedFigureConfig, train
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from theory.mean_field import energy_of_density, stationary_density, uniform_energy
 
 FIGURE_ID = "mean-field-energy"
@@ -36,7 +36,7 @@ class EnergyConfig(TrainedFigureConfig):
     """lambda of the trained flow (the first is drawn)."""
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def largest_rise(values) -> float:

@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 
 from figures.mean_field_common import TrainedFigureConfig, linear_response, train
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate.mean_field_training import escape
 from theory.mean_field import lq_width, validate_beta, validate_tau
 from theory.validation import require
@@ -54,7 +54,7 @@ class EscapeConfig(TrainedFigureConfig):
         return cases
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def loglog_slope(x, y) -> float:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from figures.output import format_table, run_figure
+from figures.output import figure_dir, format_table, run_figure
 from simulate import mean_field_flow as mff
 from theory.mean_field import (
     besseli,
@@ -127,7 +127,7 @@ class ThresholdConfig:
                        float64=False, quick=False)
 
     def run_dir(self) -> Path:
-        return self.out if self.out.name == FIGURE_ID else self.out / FIGURE_ID
+        return figure_dir(self.out, FIGURE_ID)
 
 
 def _dtype(cfg):

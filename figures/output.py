@@ -19,6 +19,12 @@ from simulate.store import RunStore, load
 from theory.validation import require
 
 
+def figure_dir(out: Path, figure_id: str) -> Path:
+    """Where a figure's run goes: ``out/<figure_id>/``, or ``out`` itself when it already ends in
+    the id (so ``--replot --out runs/<figure_id>`` works)."""
+    return out if out.name == figure_id else out / figure_id
+
+
 def store_figure_data(out: Path, figure_id: str, cfg, seeds: dict, data, summary: dict) -> None:
     store = RunStore(out)
     store.create(figure_id, dataclasses.asdict(cfg), seeds)
