@@ -2,6 +2,10 @@
 one seed vs vmapped seeds, nothing stored, compile time excluded.
 
 Usage: python benchmarks/emergence_steps.py [SEEDS ...] [--steps N] [--S S] [--batch B]
+       [--heads H] [--head-dim D]
+
+The spec's setting is the default (S = 16, batch 256, H = 8, d_h = 8); the quick setting of
+emergence-times is ``--S 6 --batch 64 --heads 8 --head-dim 4``.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ from simulate.emergence_training import EmergenceConfig, optimizer, problem
 from simulate.train import train
 
 
-def steps_per_second(seeds: int, steps: int, S: int, batch: int) -> tuple[float, float]:
-    cfg = EmergenceConfig(S=S, s=3, batch=batch, seeds=seeds, steps=steps, chunk=steps,
-                          log_every=steps, quiet=True, store=False)
+def steps_per_second(seeds: int, steps: int, S: int, batch: int, heads: int = 8,
+                     head_dim: int = 8) -> tuple[float, float]:
+    cfg = EmergenceConfig(S=S, s=3, batch=batch, heads=heads, head_dim=head_dim, seeds=seeds,
+                          steps=steps, chunk=steps, log_every=steps, quiet=True, store=False)
     result = train(problem(cfg), optimizer(cfg), cfg.schedule, cfg.seed_ids, None,
                    progress=False)
     return steps / result.run_seconds, result.compile_seconds
@@ -26,8 +31,12 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--S", type=int, default=16)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=8)
     args = parser.parse_args()
     for n in args.seeds:
-        rate, compile_s = steps_per_second(n, args.steps, args.S, args.batch)
-        print(f"S={args.S} batch={args.batch} seeds={n}: {rate:.2f} steps/s "
+        rate, compile_s = steps_per_second(n, args.steps, args.S, args.batch, args.heads,
+                                           args.head_dim)
+        print(f"S={args.S} batch={args.batch} H={args.heads} d_h={args.head_dim} seeds={n}: "
+              f"{rate:.2f} steps/s "
               f"({rate * n:.2f} seed-steps/s), compile {compile_s:.1f} s")

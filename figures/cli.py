@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import sys
+from pathlib import Path
 
 import tyro
 
@@ -49,8 +51,7 @@ def _list() -> int:
     from figures.registry import all_figures
 
     for fig in all_figures().values():
-        status = "ready  " if fig.implemented else "planned"
-        print(f"{fig.id:36s} {status} {fig.paper:16s} {fig.description}")
+        print(f"{fig.id:36s} {fig.paper:16s} {fig.description}")
     print(f"derive systems: {', '.join(SYSTEMS)}")
     from simulate.experiments import EXPERIMENTS
 
@@ -76,12 +77,8 @@ def _figure(args: list[str]) -> int:
     figures = all_figures()
     if not args or args[0] not in figures:
         got = args[0] if args else "(none)"
-        ready = ", ".join(f for f, fig in figures.items() if fig.implemented)
-        return _fail(f"figure = {got!r}: unknown figure id; ready: {ready} "
-                     "(stagewise list shows all)")
+        return _fail(f"figure = {got!r}: unknown figure id; one of {', '.join(figures)}")
     fig = figures[args[0]]
-    if not fig.implemented:
-        return _fail(f"figure = {fig.id!r}: listed in the paper specs but not implemented yet")
     cfg = parse(fig.config, args[1:], f"stagewise figure {fig.id}")
     fig.run(cfg)
     return 0
@@ -126,7 +123,17 @@ def _run(args: list[str]) -> int:
         print(f"stagewise: {err}", file=sys.stderr)
         return 128 + err.signum
     print(f"wrote {path}")
+    print(_success_line(path), end="")
     return 0
+
+
+def _success_line(path) -> str:
+    """'success: n/N seeds (rule)' when the experiment records a success flag per seed."""
+    summary = json.loads((Path(path) / "summary.json").read_text())
+    flags = summary.get("success_per_seed")
+    if flags is None:
+        return ""
+    return f"success: {sum(flags)}/{len(flags)} seeds ({summary['success_rule']})\n"
 
 
 def _sweep(args: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""Figure registry: every figure id of ../shared/papers/README.md, with its status."""
+"""Figure registry: every figure id of ../shared/papers/README.md."""
 
 from __future__ import annotations
 
@@ -11,19 +11,20 @@ class Figure:
     id: str
     paper: str
     description: str
-    config: type | None = None
-    run: Callable | None = None
-
-    @property
-    def implemented(self) -> bool:
-        return self.run is not None
+    config: type
+    run: Callable
 
 
-def _implemented() -> dict[str, Figure]:
+def _incremental_clustering_emergence() -> dict[str, Figure]:
     from figures import (
+        clustering_head_ablations,
         clustering_head_attention,
+        clustering_head_finetune,
         clustering_head_fixed_point,
+        clustering_head_loss_spike,
         clustering_head_sandbox,
+        emergence_ca_plateau,
+        emergence_heads_vs_dim,
         emergence_linear_map,
         emergence_mixer,
         emergence_sparsity,
@@ -45,11 +46,28 @@ def _implemented() -> dict[str, Figure]:
             "probe attention of one class at epoch 0 and at the end; first-block attention "
             "mass A_k over epochs, mean +- std over seeds, with A_k = 1 and k/L",
             clustering_head_attention.AttentionConfig, clustering_head_attention.run),
+        "clustering-head-ablations": Figure(
+            "clustering-head-ablations", "clustering-head",
+            "success rate (Wilson 95%) and final test accuracy vs lr (with 2/lr), batch and m, "
+            "one axis at a time around the default; per-seed outcomes of the default setting",
+            clustering_head_ablations.AblationsConfig, clustering_head_ablations.run),
         "clustering-head-sandbox": Figure(
             "clustering-head-sandbox", "clustering-head",
-            "visual sandbox frames of one seed: E, P, Z, probe attention, xi with level lines, "
-            "N(xi) with FFN receptors, emitters, loss and accuracy (8 of the paper's 16 panels)",
+            "visual sandbox of one seed: the paper's 4 x 4 panel grid (E, P, E + P, Z; probe "
+            "attention, VZ, xi by class with level lines; N(xi), FFN receptors, emitters, h; "
+            "read-out regions, simplex, loss, accuracy) at frame epochs, and a GIF (MP4 with "
+            "ffmpeg) over training",
             clustering_head_sandbox.SandboxConfig, clustering_head_sandbox.run),
+        "clustering-head-finetune": Figure(
+            "clustering-head-finetune", "clustering-head",
+            "curriculum p = 2 -> p = 3 vs p = 3 from scratch: loss, accuracy and success rates of "
+            "both arms, decision regions and the 21 histogram clusters at fine-tuning start/end",
+            clustering_head_finetune.FinetuneConfig, clustering_head_finetune.run),
+        "clustering-head-loss-spike": Figure(
+            "clustering-head-loss-spike", "clustering-head",
+            "loss spikes while fine-tuning p = 2 -> 3: loss, ||grad||, min ||xi||, raw and Adam-"
+            "preconditioned sharpness with 2/lr and 38/lr; probes and N(xi) rotation across a spike",
+            clustering_head_loss_spike.LossSpikeConfig, clustering_head_loss_spike.run),
         "clustering-head-fixed-point": Figure(
             "clustering-head-fixed-point", "clustering-head",
             "symmetry defect of P from the ideal init: population full batch stays on the "
@@ -58,7 +76,8 @@ def _implemented() -> dict[str, Figure]:
         "emergence-linear-map": Figure(
             "emergence-linear-map", "emergence",
             "linear map mod 2: per-cell loss staircase with floor and step levels, head "
-            "entropies with the responsible heads, M vs final pattern mass (blog Fig. 3)",
+            "entropies with the responsible heads, M vs the x_1 -> x_0 attention block (final, "
+            "and one head before/after a drop) and pattern mass (blog Fig. 3)",
             emergence_linear_map.LinearMapConfig, emergence_linear_map.run),
         "emergence-mixer": Figure(
             "emergence-mixer", "emergence",
@@ -71,9 +90,19 @@ def _implemented() -> dict[str, Figure]:
             emergence_sparsity.run),
         "emergence-times": Figure(
             "emergence-times", "emergence",
-            "linear map: survival of per-cell emergence times over vmapped seeds for several "
-            "head counts H, with the lottery prediction", emergence_times.TimesConfig,
-            emergence_times.run),
+            "linear map: CDFs over 32 vmapped seeds of per-cell and per-run emergence times vs "
+            "H and vs S, fraction of runs never emerged, with the lottery prediction",
+            emergence_times.TimesConfig, emergence_times.run),
+        "emergence-heads-vs-dim": Figure(
+            "emergence-heads-vs-dim", "emergence",
+            "linear map: final loss and cells emerged vs heads H at scaling width (d_h fixed) and "
+            "fixed width, with the lottery prediction; CA half not drawn (blog Fig. 5)",
+            emergence_heads_vs_dim.HeadsVsDimConfig, emergence_heads_vs_dim.run),
+        "emergence-ca-plateau": Figure(
+            "emergence-ca-plateau", "emergence",
+            "cellular automaton: loss vs step per state size S with and without the attention "
+            "bias, plateau length vs S, initial attention mass on the neighbourhood (blog Fig. 4 "
+            "middle/right)", emergence_ca_plateau.CaPlateauConfig, emergence_ca_plateau.run),
         "incremental-ode": Figure("incremental-ode", "incremental",
                                   "reduced head ODE: attention, values, loss with predicted stages "
                                   "(paper Fig. 10)", HeadOdeConfig, incremental_ode.run),
@@ -170,16 +199,6 @@ def _mean_field() -> dict[str, Figure]:
                                 m.run) for m, config, description in entries}
 
 
-PLANNED = {
-    "incremental": [],
-    "focus-dilution": [],
-    "clustering-head": ["clustering-head-loss-spike", "clustering-head-finetune",
-                        "clustering-head-ablations"],
-    "emergence": ["emergence-ca-plateau", "emergence-heads-vs-dim"],
-    "mean-field": [],
-}
-
-
 def comparisons() -> dict[str, tuple[type, Callable]]:
     """``stagewise compare NAME``: (config type, run) of each predicted-vs-measured comparison."""
     from figures import compare_focus_dilution, compare_incremental
@@ -189,8 +208,4 @@ def comparisons() -> dict[str, tuple[type, Callable]]:
 
 
 def all_figures() -> dict[str, Figure]:
-    figures = {**_implemented(), **_focus_dilution(), **_mean_field()}
-    for paper, ids in PLANNED.items():
-        for fid in ids:
-            figures.setdefault(fid, Figure(fid, paper, "not implemented yet"))
-    return figures
+    return {**_incremental_clustering_emergence(), **_focus_dilution(), **_mean_field()}

@@ -113,3 +113,10 @@ def probe_set(setting: SMASetting, suffixes: int = 4) -> tuple[np.ndarray, np.nd
             seqs.append(np.concatenate([prefix, tail]))
             which.append(i)
     return np.asarray(seqs, np.int32), np.asarray(which, np.int32)
+
+
+def histogram_index(x: np.ndarray, sparsity: int, modulus: int) -> np.ndarray:
+    """Index in ``histograms(k, p)`` of the first-k histogram n(x) = (n_0, ..., n_{p-1}) of each row."""
+    counts = np.stack([(x[:, :sparsity] == a).sum(1) for a in range(modulus)], 1)
+    table = {h: i for i, h in enumerate(histograms(sparsity, modulus))}
+    return np.array([table[tuple(int(c) for c in row)] for row in counts])

@@ -13,6 +13,14 @@ training-set gradient norm, min_x ||xi(x)|| over train and test, the normalisati
 sqrt(d) / min_x ||xi(x)|| (= the largest ||dN/dxi||_op, §5.4), the symmetry defect of P (§6), the
 top Hessian eigenvalue of the training loss (power iteration with Hessian-vector products), and
 every weight (so the sandbox frames can be redrawn at any epoch).
+
+With ``preconditioned_sharpness`` also the Adam-preconditioned sharpness lambda_1(P^{-1} H) of the
+training loss (Cohen et al. 2022, "Adaptive gradient methods at the edge of stability"), with
+P = (1 - beta1^t) diag(sqrt(v_hat_t) + eps) built from Adam's second moment at the logged step t
+(the trainer hands the optimizer state to the observer), by power iteration on the symmetric
+P^{-1/2} H P^{-1/2} (same eigenvalues). Its stability threshold is (2 + 2 beta1) / ((1 - beta1) lr)
+= 38 / lr for beta1 = 0.9, where the raw sharpness of plain GD is compared with 2 / lr (derivation
+in ``simulate.loss_spikes``). At t = 0 Adam has no second moment yet and the value is NaN.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ QUICK_EPOCHS = 150
 """--quick: a CPU-sized run (the rest of the paper's setting unchanged)."""
 SUCCESS_ACCURACY = 0.98
 """a run succeeds when its final test accuracy exceeds this (§4)."""
+ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
+"""Adam's default betas and eps (the paper's optimizer)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,9 @@ class ClusteringConfig(SMASetting):
     """epochs per compiled chunk and checkpoint (must divide the number of epochs)."""
     hessian_iterations: int = 20
     """power-iteration steps for the top Hessian eigenvalue at each logged epoch (0: not logged)."""
+    preconditioned_sharpness: bool = False
+    """also log lambda_1(P^{-1} H) with Adam's preconditioner P (as many power-iteration steps as
+    hessian_iterations; compare with 38 / lr)."""
     precision: Literal["float32", "float64"] = "float32"
     """parameter and data dtype."""
     seeds: int = 1
@@ -118,6 +131,9 @@ class ClusteringConfig(SMASetting):
                 f"a positive divisor of the number of epochs {self.total_epochs}")
         require(self.hessian_iterations >= 0, "hessian_iterations", self.hessian_iterations,
                 "an integer >= 0")
+        require(not self.preconditioned_sharpness or self.hessian_iterations >= 1,
+                "hessian_iterations", self.hessian_iterations,
+                "an integer >= 1 with preconditioned_sharpness")
         require(self.precision in ("float32", "float64"), "precision", self.precision,
                 "float32 or float64")
         require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
@@ -215,6 +231,30 @@ def top_hessian_eigenvalue(loss, params, key, iterations: int):
     return v @ hvp(v)
 
 
+def adam_preconditioner(opt_state, b1: float = ADAM_B1, b2: float = ADAM_B2,
+                        eps: float = ADAM_EPS):
+    """P = (1 - b1^t) (sqrt(v_t / (1 - b2^t)) + eps), a pytree like the parameters, from the
+    ``optax.adam`` state after t steps: Adam's step is -lr P^{-1} m_t with m_t the gradient EMA
+    (NaN at t = 0, before any second moment)."""
+    adam = next(s for s in jax.tree_util.tree_leaves(
+        opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
+        if isinstance(s, optax.ScaleByAdamState))
+    t = adam.count.astype(jnp.result_type(float))
+    undefined = jnp.where(t > 0, 0.0, jnp.nan)
+    return jax.tree_util.tree_map(
+        lambda v: (1 - b1**t) * (jnp.sqrt(v / (1 - b2**t)) + eps) + undefined, adam.nu)
+
+
+def preconditioned_top_eigenvalue(loss, params, preconditioner, key, iterations: int):
+    """Largest-magnitude eigenvalue of P^{-1} H (H the Hessian of ``loss`` at ``params``, P a
+    positive diagonal given as a pytree like ``params``), by power iteration on the symmetric
+    P^{-1/2} H P^{-1/2}."""
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    scale = 1.0 / jnp.sqrt(jax.flatten_util.ravel_pytree(preconditioner)[0].astype(flat.dtype))
+    return top_hessian_eigenvalue(lambda u: loss(unravel(flat + scale * u)), jnp.zeros_like(flat),
+                                  key, iterations)
+
+
 def problem(cfg: ClusteringConfig) -> Problem:
     data = draw_data(cfg)
     k, p, L = cfg.sparsity, cfg.modulus, cfg.length
@@ -250,7 +290,7 @@ def problem(cfg: ClusteringConfig) -> Problem:
             return cross_entropy(model, population, labels(population, k, p))
         return cross_entropy(model, train_x, train_y)
 
-    def observe(model):
+    def observe(model, opt_state=None):
         loss, grad = jax.value_and_grad(train_loss)(model)
         xi_norm = jnp.linalg.norm(jax.vmap(model.sequence_embedding)(both), axis=-1)
         test_attention = jax.vmap(model.attention)(test_x)
@@ -273,6 +313,10 @@ def problem(cfg: ClusteringConfig) -> Problem:
         if cfg.hessian_iterations:
             out["hessian_top"] = top_hessian_eigenvalue(train_loss, model, hessian_key,
                                                         cfg.hessian_iterations)
+        if cfg.preconditioned_sharpness:
+            out["preconditioned_sharpness"] = preconditioned_top_eigenvalue(
+                train_loss, model, adam_preconditioner(opt_state), hessian_key,
+                cfg.hessian_iterations)
         return out
 
     dims = {name: () for name in ("train_loss", "test_loss", "train_accuracy", "test_accuracy",
@@ -284,11 +328,14 @@ def problem(cfg: ClusteringConfig) -> Problem:
                 b2=("dim",))
     if cfg.hessian_iterations:
         dims["hessian_top"] = ()
+    if cfg.preconditioned_sharpness:
+        dims["preconditioned_sharpness"] = ()
     coords = {"probe": np.arange(len(probe)), "probe_histogram": ("probe", probe_hist),
               "position": np.arange(1, L + 1), "dim": np.arange(cfg.dim),
               "dim_in": np.arange(cfg.dim), "token_id": np.arange(cfg.vocab),
               "unit": np.arange(cfg.width)}
-    return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords)
+    return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords,
+                   observe_optimizer=cfg.preconditioned_sharpness)
 
 
 WEIGHTS = ("token_embedding", "position_embedding", "query", "value", "w1", "b1", "w2", "b2")
@@ -318,7 +365,7 @@ def _stored_init(cfg: ClusteringConfig):
 
 
 def optimizer(cfg: ClusteringConfig):
-    return optax.adam(cfg.lr)
+    return optax.adam(cfg.lr, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS)
 
 
 def summarize(cfg: ClusteringConfig, ds) -> dict:

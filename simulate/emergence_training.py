@@ -10,7 +10,9 @@ aggregate loss over the loss positions; ``cell_loss`` per output cell i (the los
 averaged over the predicted states t >= 1); ``attention_entropy`` per layer and head
 (-sum_k a log a, averaged over the queries that predict states t >= 1 and over sequences);
 ``pattern_mass`` per first-layer head and cell (attention mass on the true pattern, averaged the
-same way).
+same way); linear map only, ``attention_block`` per first-layer head (head, cell, key_cell):
+attention of the query predicting cell i of state t + 1 on cell j of state t, averaged over
+sequences and transitions t (for two states: the x_1 -> x_0 block, to set beside M).
 """
 
 from __future__ import annotations
@@ -185,6 +187,8 @@ def problem(cfg: EmergenceConfig) -> Problem:
     out_q = slice(S - 1, T - 1)  # queries predicting states t >= 1
     pattern = jnp.asarray(B[out_q].reshape(cfg.n_states - 1, S, T - 1), jnp.float32)
     transformer = cfg.model == "transformer"
+    # the full block grows as H S^2 per logged row: kept for the linear map, whose figure draws it
+    block = transformer and cfg.task == "linear_map"
 
     def token_losses(model, seqs):
         logits = jax.vmap(lambda x: model(x, bias))(seqs[:, :-1])
@@ -210,6 +214,9 @@ def problem(cfg: EmergenceConfig) -> Problem:
             obs["attention_entropy"] = ent.mean((0, 3))
             first = a[:, 0].mean(0).reshape(cfg.heads, cfg.n_states - 1, S, T - 1)
             obs["pattern_mass"] = jnp.einsum("htik,tik->hi", first, pattern) / (cfg.n_states - 1)
+            if block:
+                obs["attention_block"] = jnp.stack(
+                    [first[:, t, :, t * S:(t + 1) * S] for t in range(cfg.n_states - 1)]).mean(0)
         return obs
 
     dims = {"loss": (), "cell_loss": ("cell",)}
@@ -217,6 +224,9 @@ def problem(cfg: EmergenceConfig) -> Problem:
     if transformer:
         dims.update(attention_entropy=("layer", "head"), pattern_mass=("head", "cell"))
         coords.update(layer=np.arange(1, cfg.layers + 1), head=np.arange(1, cfg.heads + 1))
+    if block:
+        dims["attention_block"] = ("head", "cell", "key_cell")
+        coords["key_cell"] = np.arange(S)
     return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords)
 
 

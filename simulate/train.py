@@ -35,13 +35,18 @@ class Problem:
     ``init(init_key, noise_key) -> params``; ``loss_and_direction(params, data_key) -> (loss, g)``
     where the update follows ``-g`` through the optimizer (``g`` is the gradient, or minus the
     vector field of a non-Euclidean flow); ``observe(params) -> {name: array}`` with the extra dims
-    of each observable in ``dims``."""
+    of each observable in ``dims``, or ``observe(params, opt_state)`` when ``observe_optimizer``
+    (observables that need the optimizer's state, e.g. Adam's second moment)."""
 
     init: Callable[[jax.Array, jax.Array], Any]
     loss_and_direction: Callable[[Any, jax.Array], tuple[jax.Array, Any]]
     observe: Callable[[Any], dict[str, jax.Array]]
     dims: dict[str, tuple[str, ...]]
     coords: dict[str, Any] = field(default_factory=dict)
+    observe_optimizer: bool = False
+
+    def observation(self, params, opt_state) -> dict[str, jax.Array]:
+        return self.observe(params, opt_state) if self.observe_optimizer else self.observe(params)
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ def _chunk_program(problem: Problem, optimizer, schedule: Schedule):
 
     def log_row(carry, _):
         carry, _ = jax.lax.scan(one_step, carry, None, length=schedule.log_every)
-        return carry, problem.observe(carry[0])
+        return carry, problem.observation(carry[0], carry[1])
 
     def chunk(carry):
         return jax.lax.scan(log_row, carry, None, length=schedule.chunk // schedule.log_every)
@@ -157,7 +162,8 @@ def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunS
     pieces = []
     if step == 0:
         first = _to_dataset(problem, jax.tree_util.tree_map(
-            lambda x: np.asarray(x)[:, None], jax.vmap(problem.observe)(params)), [0], seed_ids)
+            lambda x: np.asarray(x)[:, None], jax.vmap(problem.observation)(params, state[1])),
+            [0], seed_ids)
         pieces.append(first)
         if store is not None:
             store.append(first, rows_per_chunk=schedule.chunk // schedule.log_every)

@@ -304,7 +304,7 @@ def test_fine_tuning_starts_each_seed_from_its_stored_final_weights(tmp_path):
 
 
 def test_class_probability_is_the_read_out_softmax():
-    from figures.clustering_head_sandbox import class_probability
+    from figures.clustering_sandbox_frame import class_probability
     model = init_clustering_head(jax.random.PRNGKey(0))
     x = jnp.zeros(12, jnp.int32)
     xi = model.sequence_embedding(x)[None]

@@ -113,3 +113,17 @@ def test_persistent_compilation_cache_is_used_by_a_second_call(tmp_path):
                        ["compile_seconds"])
     assert any(cache.rglob("*"))
     assert seconds[1] < 0.5 * seconds[0]
+
+
+def test_run_prints_the_success_count_of_the_summary(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "clustering-head", "--epochs", "2", "--epochs-per-chunk", "2",
+                 "--hessian-iterations", "0", "--seeds", "2", "--quiet", "--out", str(out)]) == 0
+    flags = json.loads((out / "summary.json").read_text())["success_per_seed"]
+    assert f"success: {sum(flags)}/2 seeds (final test accuracy > 0.98)" in capsys.readouterr().out
+
+
+def test_runs_without_a_success_flag_print_no_success_line(tmp_path, capsys):
+    assert main(["run", "heads-gd", "--steps", "200", "--chunk", "100", "--log-every", "100",
+                 "--quiet", "--out", str(tmp_path / "run")]) == 0
+    assert "success:" not in capsys.readouterr().out
