@@ -28,11 +28,16 @@ import xarray as xr
 from matplotlib.colors import ListedColormap
 
 from figures.clustering_head_ablations import train_point
-from figures.clustering_sandbox_frame import cluster_quality
 from figures.output import figure_dir, format_table, run_figure
 from simulate.clustering_model import ClusteringHead
 from simulate.clustering_task import draw_data, histogram_index
-from simulate.clustering_training import SUCCESS_ACCURACY, WEIGHTS, ClusteringConfig, model_at
+from simulate.clustering_training import (
+    SUCCESS_ACCURACY,
+    WEIGHTS,
+    ClusteringConfig,
+    cluster_quality,
+    model_at,
+)
 from simulate.store import load
 from theory.clustering_symmetry import cluster_count
 from theory.validation import require
@@ -176,7 +181,7 @@ def compute(cfg: FinetuneConfig) -> tuple[xr.Dataset, dict]:
         "finetune_class_recall_epoch0": recall[0], "finetune_class_recall_final": recall[-1],
         "new_class_recall_epoch0_mean": float(recall[0][:, 2].mean()),
         "new_class_recall_final_mean": float(recall[-1][:, 2].mean()),
-        "shown_cluster_quality": [cluster_quality(xi[f], groups) for f in range(2)],
+        "shown_cluster_quality": [float(cluster_quality(xi[f], groups)) for f in range(2)],
         "shown_occupied_histograms": len(np.unique(groups)),
         "frames": frames}
     return data, summary

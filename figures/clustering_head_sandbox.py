@@ -32,13 +32,17 @@ from tqdm.auto import tqdm
 
 from figures.clustering_sandbox_frame import (
     SandboxContext,
-    cluster_quality,
     draw_frame,
 )
 from figures.output import figure_dir, format_table, run_figure
 from simulate.clustering_model import ClusteringHead
 from simulate.clustering_task import draw_data, histogram_index, probe_set
-from simulate.clustering_training import SUCCESS_ACCURACY, WEIGHTS, ClusteringConfig
+from simulate.clustering_training import (
+    SUCCESS_ACCURACY,
+    WEIGHTS,
+    ClusteringConfig,
+    cluster_quality,
+)
 from simulate.clustering_training import run as train_run
 from simulate.store import load
 from theory.clustering_symmetry import cluster_count
@@ -136,8 +140,8 @@ def compute(cfg: SandboxConfig) -> tuple[xr.Dataset, dict]:
     k, p = tcfg.sparsity, tcfg.modulus
     train = draw_data(tcfg).train
     groups = histogram_index(np.asarray(train), k, p)
-    quality = [cluster_quality(np.asarray(jax.vmap(model_at_epoch(data, f).sequence_embedding)(
-        train)), groups) for f in frames]
+    quality = [float(cluster_quality(np.asarray(jax.vmap(model_at_epoch(data, f).sequence_embedding)(
+        train)), groups)) for f in frames]
     at = {"epoch": list(frames)}
     final_acc = float(ds["test_accuracy"].values[-1])
     summary = {"seed": cfg.seed, "epochs": epochs, "frames": list(frames),

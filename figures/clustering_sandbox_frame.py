@@ -24,6 +24,7 @@ import numpy as np
 
 from simulate.clustering_model import ClusteringHead, rms_norm
 from simulate.clustering_task import histogram_index, histograms
+from simulate.clustering_training import cluster_quality
 
 SUCCESS_ACCURACY = 0.98
 """the success line of the accuracy panel (§4)."""
@@ -69,17 +70,6 @@ class SandboxContext:
 def simplex_projection(prob: np.ndarray) -> np.ndarray:
     """Barycentric map of probability vectors (n, 3) into the plane: sum_a prob_a * corner_a."""
     return np.asarray(prob) @ SIMPLEX_CORNERS
-
-
-def cluster_quality(points: np.ndarray, groups: np.ndarray) -> float:
-    """Q (§5.3) = mean over groups of the mean distance of its points to the group centroid, divided by
-    the mean distance between distinct group centroids (0: every group collapsed to one point)."""
-    ids = np.unique(groups)
-    centroids = np.stack([points[groups == g].mean(0) for g in ids])
-    within = np.mean([np.linalg.norm(points[groups == g] - c, axis=1).mean()
-                      for g, c in zip(ids, centroids)])
-    pairs = np.linalg.norm(centroids[:, None] - centroids[None], axis=-1)[np.triu_indices(len(ids), 1)]
-    return float(within / pairs.mean())
 
 
 def ideal_clusters(model: ClusteringHead, sparsity: int, modulus: int) -> np.ndarray:
@@ -222,7 +212,7 @@ def _draw(fig, model: ClusteringHead, ctx: SandboxContext, epoch: int) -> np.nda
     a.scatter(*ideal.T, marker="+", c="k", s=40, label="§5.1 ideal head")
     for i in np.unique(hist):
         a.annotate(str(names[i]), xi[hist == i].mean(0), fontsize=5, alpha=0.8)
-    a.set(title=f"sequence embeddings xi (Q = {cluster_quality(xi, hist):.2g})", xlabel="dim 1",
+    a.set(title=f"sequence embeddings xi (Q = {float(cluster_quality(xi, hist)):.2g})", xlabel="dim 1",
           aspect="equal", adjustable="datalim")
     a.legend(fontsize=5, markerscale=2)
     a = ax[1, 3]

@@ -11,6 +11,7 @@ Logged once per epoch (§6): train/test loss and accuracy, the first-block atten
 A_k = sum_{t<=k} a_t (test mean), the probe-set attention map and sequence embeddings, the full
 training-set gradient norm, min_x ||xi(x)|| over train and test, the normalisation curvature bound
 sqrt(d) / min_x ||xi(x)|| (= the largest ||dN/dxi||_op, §5.4), the symmetry defect of P (§6), the
+cluster quality Q of the test sequence embeddings by first-k histogram (§5.3), the
 top Hessian eigenvalue of the training loss (power iteration with Hessian-vector products), and
 every weight (so the sandbox frames can be redrawn at any epoch).
 
@@ -43,6 +44,7 @@ from simulate.clustering_task import (
     SMASetting,
     all_sequences,
     draw_data,
+    histogram_index,
     labels,
     probe_set,
     sample_sequences,
@@ -212,6 +214,25 @@ def symmetry_defect(position, sparsity: int):
     return spread(position[:sparsity]) + spread(position[sparsity:])
 
 
+def cluster_quality(points, groups, n_groups: int | None = None):
+    """Q (§5.3) = mean over the groups present of the mean distance of their points to the group
+    centroid, divided by the mean distance between distinct centroids (0: every group collapsed to
+    one point). groups: integer labels < n_groups (None: max + 1, outside jit)."""
+    points = jnp.asarray(points)
+    groups = jnp.asarray(groups)
+    n_groups = int(jnp.max(groups)) + 1 if n_groups is None else n_groups
+    counts = jax.ops.segment_sum(jnp.ones(groups.shape, points.dtype), groups, n_groups)
+    present = counts > 0
+    size = jnp.maximum(counts, 1)
+    centroids = jax.ops.segment_sum(points, groups, n_groups) / size[:, None]
+    spread = jax.ops.segment_sum(jnp.linalg.norm(points - centroids[groups], axis=-1), groups,
+                                 n_groups) / size
+    within = jnp.sum(jnp.where(present, spread, 0.0)) / jnp.sum(present)
+    pairs = present[:, None] & present[None] & jnp.triu(jnp.ones((n_groups, n_groups), bool), 1)
+    gaps = jnp.linalg.norm(centroids[:, None] - centroids[None], axis=-1)
+    return within / (jnp.sum(jnp.where(pairs, gaps, 0.0)) / jnp.sum(pairs))
+
+
 def top_hessian_eigenvalue(loss, params, key, iterations: int):
     """Largest-magnitude Hessian eigenvalue of ``loss`` at ``params`` (power iteration with
     forward-over-reverse Hessian-vector products; the Rayleigh quotient of the last iterate)."""
@@ -263,6 +284,7 @@ def problem(cfg: ClusteringConfig) -> Problem:
     probe, probe_hist = probe_set(cfg)
     probe = jnp.asarray(probe)
     both = jnp.concatenate([train_x, test_x])
+    test_histogram = jnp.asarray(histogram_index(np.asarray(test_x), k, p))
     hessian_key = jax.random.PRNGKey(cfg.data_seed + 7)
 
     if cfg.init_from is None:
@@ -307,6 +329,8 @@ def problem(cfg: ClusteringConfig) -> Problem:
             "min_embedding_norm": jnp.min(xi_norm),
             "curvature_bound": jnp.sqrt(cfg.dim) / jnp.min(xi_norm),
             "symmetry_defect": symmetry_defect(model.position, k),
+            "cluster_quality": cluster_quality(jax.vmap(model.sequence_embedding)(test_x),
+                                               test_histogram, cfg.histogram_count),
             "token_embedding": model.token, "position_embedding": model.position, "query": model.query,
             "value": model.value, "w1": model.w1, "b1": model.b1, "w2": model.w2, "b2": model.b2,
         }
@@ -321,7 +345,8 @@ def problem(cfg: ClusteringConfig) -> Problem:
 
     dims = {name: () for name in ("train_loss", "test_loss", "train_accuracy", "test_accuracy",
                                   "objective_loss", "attention_mass", "gradient_norm",
-                                  "min_embedding_norm", "curvature_bound", "symmetry_defect")}
+                                  "min_embedding_norm", "curvature_bound", "symmetry_defect",
+                                  "cluster_quality")}
     dims.update(probe_attention=("probe", "position"), probe_embedding=("probe", "dim"),
                 token_embedding=("token_id", "dim"), position_embedding=("position", "dim"), query=("dim",),
                 value=("dim", "dim_in"), w1=("unit", "dim"), b1=("unit",), w2=("dim", "unit"),

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from figures.cli import main
 from figures.clustering_head_finetune import first_success_epoch
 from figures.clustering_head_loss_spike import base_rates, fractions, spike_table
-from figures.clustering_sandbox_frame import cluster_quality
 from simulate.clustering_task import histogram_index, histograms
 from simulate.clustering_training import (
     ClusteringConfig,
     adam_preconditioner,
+    cluster_quality,
     optimizer,
     preconditioned_top_eigenvalue,
     problem,

@@ -21,14 +21,15 @@ from figures.clustering_head_sandbox import FIGURE_ID, animate, animation_epochs
 from figures.clustering_sandbox_frame import (
     SIMPLEX_CORNERS,
     SandboxContext,
-    cluster_quality,
     draw_frame,
     ideal_clusters,
     simplex_projection,
 )
 from simulate.clustering_model import ClusteringHead, ideal_positions, init_clustering_head
-from simulate.clustering_task import histogram_index, histograms, probe_set
-from simulate.clustering_training import WEIGHTS, ClusteringConfig
+from simulate.clustering_task import draw_data, histogram_index, histograms, probe_set
+from simulate.clustering_training import WEIGHTS, ClusteringConfig, cluster_quality, model_at
+from simulate.clustering_training import run as train_run
+from simulate.store import load
 
 K, P, L = 5, 2, 12
 
@@ -182,3 +183,15 @@ def test_sandbox_replot_redraws_the_animation_from_the_store(quick_sandbox, monk
     summary = json.loads((quick_sandbox / "summary.json").read_text())
     with Image.open(gif) as im:
         assert im.n_frames == len(summary["animation_epochs"])
+
+
+def test_cluster_quality_ignores_absent_groups_and_matches_the_logged_value(tmp_path):
+    points = np.array([[0.0, 0.0], [0.0, 2.0], [4.0, 0.0], [4.0, 2.0]])
+    assert np.isclose(float(cluster_quality(points, np.array([0, 0, 2, 2]), 3)), 1.0 / 4.0)
+    cfg = ClusteringConfig(epochs=2, epochs_per_chunk=2, hessian_iterations=0, quiet=True,
+                           out=tmp_path / "run")
+    ds, _ = load(train_run(cfg))
+    test = np.asarray(draw_data(cfg).test)
+    xi = np.asarray(jax.vmap(model_at(ds, 0, -1).sequence_embedding)(test))
+    logged = float(ds["cluster_quality"].values[0, -1])
+    assert np.isclose(logged, float(cluster_quality(xi, histogram_index(test, K, P))), rtol=1e-4)
