@@ -24,7 +24,7 @@ their successor); measured at K = 2, S = 8, c = 3 after 1500 steps, 1 layer reac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -106,8 +106,7 @@ class CaPlateauConfig(EmergenceConfig):
                 f"at least one sequence of the largest S: >= {max(self.sizes) * self.n_states}")
 
     def trainings(self) -> dict[tuple[int, float], EmergenceConfig]:
-        base = {f.name: getattr(self, f.name) for f in fields(EmergenceConfig)}
-        cfg = EmergenceConfig(**base)
+        cfg = self.experiment()
         sizes, tokens = self.sizes, self.tokens
         if self.quick:
             cfg = replace(cfg, alphabet=2, lr=1e-2, steps=1500, chunk=500, log_every=50,

@@ -17,7 +17,7 @@ do not fit a CPU quick run next to these.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +100,7 @@ class HeadsVsDimConfig(EmergenceConfig):
                 self.fixed_width, f"a multiple of every H in {self.head_counts}")
 
     def base(self) -> EmergenceConfig:
-        cfg = EmergenceConfig(**{f.name: getattr(self, f.name) for f in fields(EmergenceConfig)})
+        cfg = self.experiment()
         if self.quick:
             cfg = replace(cfg, S=6, batch=64, lr=3e-3, steps=1500, chunk=500, log_every=50,
                           seeds=8, eval_batch=128)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +59,7 @@ class LinearMapConfig(EmergenceConfig):
         require(self.model == "transformer", "model", self.model, "transformer (this figure)")
 
     def training(self) -> EmergenceConfig:
-        base = {f.name: getattr(self, f.name) for f in fields(EmergenceConfig)}
-        cfg = EmergenceConfig(**{**base, "out": self.run_dir() / "training"})
+        cfg = replace(self.experiment(), out=self.run_dir() / "training")
         if self.quick:
             cfg = replace(cfg, S=8, batch=64, lr=3e-3, steps=2500, chunk=500, log_every=25,
                           seeds=2)

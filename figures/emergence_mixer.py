@@ -8,7 +8,7 @@ needs no search over content-dependent attention patterns [derived].
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +48,7 @@ class MixerConfig(EmergenceConfig):
                 "sparsities", self.sparsities, f"ones per row in 1..S = {self.S}")
 
     def trainings(self) -> dict[tuple[str, int], EmergenceConfig]:
-        base = {f.name: getattr(self, f.name) for f in fields(EmergenceConfig)}
-        cfg = EmergenceConfig(**base)
+        cfg = self.experiment()
         sparsities = self.sparsities
         if self.quick:
             cfg = replace(cfg, S=8, batch=64, lr=3e-3, steps=2000, chunk=500, log_every=25,

@@ -9,7 +9,7 @@ hardest at s/S = 1/2).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +53,7 @@ class SparsityConfig(EmergenceConfig):
                 "state sizes S >= 2")
 
     def trainings(self) -> dict[tuple[int, int], EmergenceConfig]:
-        base = {f.name: getattr(self, f.name) for f in fields(EmergenceConfig)}
-        cfg = EmergenceConfig(**base)
+        cfg = self.experiment()
         grid = {S: default_grid(S) for S in self.sizes}
         if self.quick:
             cfg = replace(cfg, batch=64, lr=3e-3, steps=1500, chunk=500, log_every=50, seeds=1)

@@ -14,7 +14,7 @@ last step is the fraction that never emerged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -104,7 +104,7 @@ class TimesConfig(EmergenceConfig):
         require(self.size_heads >= 1, "size_heads", self.size_heads, "an integer >= 1")
 
     def base(self) -> EmergenceConfig:
-        cfg = EmergenceConfig(**{f.name: getattr(self, f.name) for f in fields(EmergenceConfig)})
+        cfg = self.experiment()
         if self.quick:
             cfg = replace(cfg, S=6, head_dim=4, batch=64, lr=3e-3, steps=1500, chunk=500,
                           log_every=50, seeds=max(self.seeds, 32), eval_batch=128)

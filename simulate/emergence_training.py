@@ -18,7 +18,7 @@ sequences and transitions t (for two states: the x_1 -> x_0 block, to set beside
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
@@ -116,6 +116,10 @@ class EmergenceConfig(RunOptions):
         require(self.batch is None or self.batch >= 1, "batch", self.batch,
                 "None or an integer >= 1")
         require(self.eval_batch >= 1, "eval_batch", self.eval_batch, "an integer >= 1")
+
+    def experiment(self) -> EmergenceConfig:
+        """The EmergenceConfig part of a configuration that extends it (figure configs)."""
+        return EmergenceConfig(**{f.name: getattr(self, f.name) for f in fields(EmergenceConfig)})
 
     @property
     def n_states(self) -> int:

@@ -2,6 +2,7 @@
 intervention, the emergence/plateau rules on constructed curves, bad input; the quick figure
 (slow)."""
 
+import importlib
 import itertools
 import json
 import math
@@ -18,7 +19,7 @@ from figures.emergence_sparsity import default_grid
 from figures.emergence_times import survival
 from simulate import emergence_tasks as tasks
 from simulate.emergence_models import CausalMixer, CausalTransformer
-from simulate.emergence_training import emergence_times, plateau_length
+from simulate.emergence_training import EmergenceConfig, emergence_times, plateau_length
 
 
 def test_linear_map_rows_and_sequences():
@@ -215,3 +216,16 @@ def test_times_figure_quick_more_heads_emerge_more(tmp_path):
     lottery = np.asarray(summary["lottery_fraction_emerged"], float)
     assert lottery[0] == pytest.approx(emerged[0])  # the reference H0 is its own prediction
     assert emerged[-1] > emerged[0]  # more heads: more cells emerge within the budget
+
+
+
+@pytest.mark.parametrize("module", ["emergence_times", "emergence_heads_vs_dim", "emergence_mixer",
+                                    "emergence_sparsity", "emergence_linear_map",
+                                    "emergence_ca_plateau"])
+def test_figure_configs_hand_their_experiment_fields_to_the_runs(module):
+    config = next(c for c in vars(importlib.import_module(f"figures.{module}")).values()
+                  if isinstance(c, type) and issubclass(c, EmergenceConfig)
+                  and c is not EmergenceConfig)
+    exp = config(lr=2e-3, warmup=7, weight_decay=0.03).experiment()
+    assert type(exp) is EmergenceConfig
+    assert (exp.lr, exp.warmup, exp.weight_decay) == (2e-3, 7, 0.03)
