@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import argparse
 
-from simulate.clustering_training import ClusteringConfig, optimizer, problem
+from simulate.clustering_head.training import ClusteringConfig, optimizer, problem
 from simulate.train import train
 
 
 def epochs_per_second(seeds: int, epochs: int, hessian_iterations: int) -> tuple[float, float]:
     """(epochs per second of the whole vmapped run, compile seconds of the chunk program)."""
-    cfg = ClusteringConfig(seeds=seeds, epochs=epochs, epochs_per_chunk=epochs,
-                           hessian_iterations=hessian_iterations, quiet=True, store=False)
-    result = train(problem(cfg), optimizer(cfg), cfg.schedule, cfg.seed_ids, None,
-                   progress=False)
+    cfg = ClusteringConfig(
+        seeds=seeds,
+        epochs=epochs,
+        epochs_per_chunk=epochs,
+        hessian_iterations=hessian_iterations,
+        quiet=True,
+        store=False,
+    )
+    result = train(problem(cfg), optimizer(cfg), cfg.schedule, cfg.seed_ids, None, progress=False)
     return epochs / result.run_seconds, result.compile_seconds
 
 
@@ -27,13 +32,20 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("seeds", type=int, nargs="*", default=[1, 32])
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--hessian-iterations", type=int, nargs="*", default=[0, 20],
-                        help="power-iteration steps per logged epoch (0: Hessian not logged)")
+    parser.add_argument(
+        "--hessian-iterations",
+        type=int,
+        nargs="*",
+        default=[0, 20],
+        help="power-iteration steps per logged epoch (0: Hessian not logged)",
+    )
     args = parser.parse_args()
     steps_per_epoch = ClusteringConfig().steps_per_epoch
     for h in args.hessian_iterations:
         for n in args.seeds:
             rate, compile_s = epochs_per_second(n, args.epochs, h)
-            print(f"hessian_iterations={h} seeds={n}: {rate:.2f} epochs/s "
-                  f"({rate * n:.1f} seed-epochs/s, {rate * steps_per_epoch:.0f} steps/s), "
-                  f"compile {compile_s:.1f} s, {args.epochs} epochs")
+            print(
+                f"hessian_iterations={h} seeds={n}: {rate:.2f} epochs/s "
+                f"({rate * n:.1f} seed-epochs/s, {rate * steps_per_epoch:.0f} steps/s), "
+                f"compile {compile_s:.1f} s, {args.epochs} epochs"
+            )

@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import argparse
 
-from simulate.emergence_training import EmergenceConfig, optimizer, problem
+from simulate.emergence.training import EmergenceConfig, optimizer, problem
 from simulate.train import train
 
 
-def steps_per_second(seeds: int, steps: int, S: int, batch: int, heads: int = 8,
-                     head_dim: int = 8) -> tuple[float, float]:
-    cfg = EmergenceConfig(S=S, s=3, batch=batch, heads=heads, head_dim=head_dim, seeds=seeds,
-                          steps=steps, chunk=steps, log_every=steps, quiet=True, store=False)
-    result = train(problem(cfg), optimizer(cfg), cfg.schedule, cfg.seed_ids, None,
-                   progress=False)
+def steps_per_second(
+    seeds: int, steps: int, S: int, batch: int, heads: int = 8, head_dim: int = 8
+) -> tuple[float, float]:
+    cfg = EmergenceConfig(
+        S=S,
+        s=3,
+        batch=batch,
+        heads=heads,
+        head_dim=head_dim,
+        seeds=seeds,
+        steps=steps,
+        chunk=steps,
+        log_every=steps,
+        quiet=True,
+        store=False,
+    )
+    result = train(problem(cfg), optimizer(cfg), cfg.schedule, cfg.seed_ids, None, progress=False)
     return steps / result.run_seconds, result.compile_seconds
 
 
@@ -35,8 +46,11 @@ if __name__ == "__main__":
     parser.add_argument("--head-dim", type=int, default=8)
     args = parser.parse_args()
     for n in args.seeds:
-        rate, compile_s = steps_per_second(n, args.steps, args.S, args.batch, args.heads,
-                                           args.head_dim)
-        print(f"S={args.S} batch={args.batch} H={args.heads} d_h={args.head_dim} seeds={n}: "
-              f"{rate:.2f} steps/s "
-              f"({rate * n:.2f} seed-steps/s), compile {compile_s:.1f} s")
+        rate, compile_s = steps_per_second(
+            n, args.steps, args.S, args.batch, args.heads, args.head_dim
+        )
+        print(
+            f"S={args.S} batch={args.batch} H={args.heads} d_h={args.head_dim} seeds={n}: "
+            f"{rate:.2f} steps/s "
+            f"({rate * n:.2f} seed-steps/s), compile {compile_s:.1f} s"
+        )

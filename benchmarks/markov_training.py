@@ -13,11 +13,17 @@ import argparse
 import os
 import tempfile
 
-from simulate.markov_training import MarkovTrainConfig, optimizer, problem
+from simulate.incremental.markov_training import MarkovTrainConfig, optimizer, problem
 from simulate.train import train
 
-PAPER = {"vocab": 50, "blocks": (2, 2, 2), "batch": 3000, "optimizer": "adamw", "quiet": True,
-         "store": False}
+PAPER = {
+    "vocab": 50,
+    "blocks": (2, 2, 2),
+    "batch": 3000,
+    "optimizer": "adamw",
+    "quiet": True,
+    "store": False,
+}
 
 
 def timed(cfg: MarkovTrainConfig, seed_ids) -> tuple[float, float]:
@@ -36,25 +42,39 @@ def main(steps: int, seed_steps: int, full_steps: int):
     for kw in ({}, {"precision": "float32"}):
         cfg = config(steps, **kw)
         compile_s, run_s = timed(cfg, [0])
-        rows.append((f"minimal {cfg.dtype.__name__}, 1 seed, {steps} steps", compile_s,
-                     steps / run_s))
+        rows.append(
+            (f"minimal {cfg.dtype.__name__}, 1 seed, {steps} steps", compile_s, steps / run_s)
+        )
     compile_s, vmapped = timed(config(seed_steps, seeds=16), list(range(16)))
-    rows.append((f"minimal float64, 16 seeds vmapped, {seed_steps} steps", compile_s,
-                 16 * seed_steps / vmapped))
+    rows.append(
+        (
+            f"minimal float64, 16 seeds vmapped, {seed_steps} steps",
+            compile_s,
+            16 * seed_steps / vmapped,
+        )
+    )
     runs = [timed(config(seed_steps), [s]) for s in range(16)]
     sequential = sum(r for _, r in runs)
-    rows.append((f"minimal float64, 16 x 1 seed, {seed_steps} steps (mean compile)",
-                 sum(c for c, _ in runs) / 16, 16 * seed_steps / sequential))
+    rows.append(
+        (
+            f"minimal float64, 16 x 1 seed, {seed_steps} steps (mean compile)",
+            sum(c for c, _ in runs) / 16,
+            16 * seed_steps / sequential,
+        )
+    )
     full = config(full_steps, model="full", query_scale=None)
     compile_s, run_s = timed(full, [0])
-    rows.append((f"full {full.dtype.__name__}, 1 seed, {full_steps} steps", compile_s,
-                 full_steps / run_s))
+    rows.append(
+        (f"full {full.dtype.__name__}, 1 seed, {full_steps} steps", compile_s, full_steps / run_s)
+    )
 
     print(f"{'setting':58s} {'compile s':>9s} {'seed-steps/s':>12s}")
     for name, c, rate in rows:
         print(f"{name:58s} {c:9.2f} {rate:12.2f}")
-    print(f"16 seeds, run time without compile: vmapped {vmapped:.1f} s, sequential "
-          f"{sequential:.1f} s (speed-up {sequential / vmapped:.2f}x)")
+    print(
+        f"16 seeds, run time without compile: vmapped {vmapped:.1f} s, sequential "
+        f"{sequential:.1f} s (speed-up {sequential / vmapped:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -8,16 +8,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simulate.head_ode import _solve_batch, initial_logits, log_grid, plateau_levels, solve
-from simulate.stages import midpoints
-from theory.heads import HeadSetting
+from simulate.incremental.head_ode import (
+    _solve_batch,
+    initial_logits,
+    log_grid,
+    plateau_levels,
+    solve,
+)
+from simulate.measure.stages import midpoints
+from theory.incremental.heads import HeadSetting
 
 
 def main(n: int = 64, t_max: float = 500.0):
     setting = HeadSetting()
     eps = setting.window * 1e-6
     batch = solve(setting, [eps] * n, np.arange(n), t_max, n_save=400)
-    print(f"{n} seeds vmapped: compile {batch.compile_seconds:.2f} s, run {batch.run_seconds:.2f} s")
+    print(
+        f"{n} seeds vmapped: compile {batch.compile_seconds:.2f} s, run {batch.run_seconds:.2f} s"
+    )
 
     G = jnp.asarray(setting.target())[None]
     mids = jnp.asarray(midpoints(plateau_levels(setting)))[None]
@@ -29,8 +37,10 @@ def main(n: int = 64, t_max: float = 500.0):
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
     for k in range(n):
-        jax.block_until_ready(single(G, theta[k:k + 1], mids, grid, tm))
-    print(f"{n} single solves: compile {compile_s:.2f} s once, run {time.perf_counter() - start:.2f} s")
+        jax.block_until_ready(single(G, theta[k : k + 1], mids, grid, tm))
+    print(
+        f"{n} single solves: compile {compile_s:.2f} s once, run {time.perf_counter() - start:.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ import tyro
 
 from theory.validation import ConfigError, require
 
-USAGE = ("usage: stagewise {list,derive,figure,compare,run,sweep} ... "
-         "(stagewise COMMAND --help for options)")
+USAGE = (
+    "usage: stagewise {list,derive,figure,compare,run,sweep} ... "
+    "(stagewise COMMAND --help for options)"
+)
 
 
 def _fail(message: str) -> int:
@@ -33,8 +35,11 @@ def parse(config_type, args: list[str], prog: str):
     except SystemExit as exit_:
         if exit_.code in (0, None):
             raise
-        lines = [ln.strip(BOX + " ") for ln in captured.getvalue().splitlines()
-                 if not ln.lstrip().startswith("╭")]  # the box's title line
+        lines = [
+            ln.strip(BOX + " ")
+            for ln in captured.getvalue().splitlines()
+            if not ln.lstrip().startswith("╭")
+        ]  # the box's title line
         lines = [ln for ln in lines if ln]
         message = lines[0] if lines else f"could not parse {' '.join(args)}"
         for ln in lines[1:]:  # the message may wrap; the box's next section starts with a rule
@@ -111,8 +116,12 @@ def _run(args: list[str]) -> int:
     exp = _experiment(args[0] if args else None)
     cfg = parse(exp.config, args[1:], f"stagewise run {exp.name}")
     if cfg.resume is not None:
-        require((cfg.resume / "config.json").exists(), "resume", str(cfg.resume),
-                "a run directory holding config.json")
+        require(
+            (cfg.resume / "config.json").exists(),
+            "resume",
+            str(cfg.resume),
+            "a run directory holding config.json",
+        )
         cfg = resumed_config(exp, cfg.resume, cfg.quiet)
     try:
         path = exp.run(cfg)
@@ -144,8 +153,14 @@ def _sweep(args: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"list": lambda a: _list(), "derive": _derive, "figure": _figure,
-                "compare": _compare, "run": _run, "sweep": _sweep}
+    commands = {
+        "list": lambda a: _list(),
+        "derive": _derive,
+        "figure": _figure,
+        "compare": _compare,
+        "run": _run,
+        "sweep": _sweep,
+    }
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

@@ -1,5 +1,5 @@
 """``stagewise derive incremental``: the derivation of the reduced head system as text or LaTeX
-(spec incremental.md §5; computations in ``theory.heads`` and ``theory.head_stages``)."""
+(spec incremental.md §5; computations in ``theory.incremental.heads`` and ``theory.incremental.stages``)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from figures.head_config import HeadOdeConfig
+from figures.incremental.ode_config import HeadOdeConfig
 from theory.gradient_flow import classify_spectrum
-from theory.head_stages import (
+from theory.incremental.heads import METRICS, HeadSystem
+from theory.incremental.stages import (
     escape_integral,
     first_escape_time_expr,
     lumped_mass_rate,
     predict_stages,
     vertex_decay_coefficient,
 )
-from theory.heads import METRICS, HeadSystem
 
 SYSTEMS = ("incremental",)
 
@@ -35,16 +35,23 @@ def derive(cfg: DeriveConfig) -> str:
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
     show = sp.latex if cfg.latex else sp.sstr
-    lines = [(f"Reduced head system: H = {setting.heads}, blocks = {setting.blocks}, "
-             f"T = {setting.window}, m_j = {setting.importance_values}, metric = {setting.metric}"),
-             "loss  L = 1/2 ||G - sum_k v_k s_k^T||_F^2,  s_k = softmax(theta_k)",
-             "field v_k' = R s_k;  replicator: theta_k' = R^T v_k;  logit: theta_k' = J(s_k) R^T v_k",
-             f"G = {show(hs.G[:, :sum(setting.blocks) + 1])}  (first lags shown)",
-             "symmetric subspace invariant: "
-             + ", ".join(f"{m}: {hs.symmetric_subspace_is_invariant(m)}" for m in METRICS
-                         if setting.window <= 12) if setting.window <= 12 else
-             "symmetric subspace invariance: checked symbolically in the tests (small T)",
-             "", "Plateau levels (loss at the stage fixed points):"]
+    lines = [
+        (
+            f"Reduced head system: H = {setting.heads}, blocks = {setting.blocks}, "
+            f"T = {setting.window}, m_j = {setting.importance_values}, metric = {setting.metric}"
+        ),
+        "loss  L = 1/2 ||G - sum_k v_k s_k^T||_F^2,  s_k = softmax(theta_k)",
+        "field v_k' = R s_k;  replicator: theta_k' = R^T v_k;  logit: theta_k' = J(s_k) R^T v_k",
+        f"G = {show(hs.G[:, : sum(setting.blocks) + 1])}  (first lags shown)",
+        "symmetric subspace invariant: "
+        + ", ".join(
+            f"{m}: {hs.symmetric_subspace_is_invariant(m)}" for m in METRICS if setting.window <= 12
+        )
+        if setting.window <= 12
+        else "symmetric subspace invariance: checked symbolically in the tests (small T)",
+        "",
+        "Plateau levels (loss at the stage fixed points):",
+    ]
     for k, L in enumerate(hs.plateau_levels()):
         lines.append(f"  L_{k} = {show(L)} = {float(L.xreplace(vals)):.6g}")
     lines.append("")
@@ -53,37 +60,58 @@ def derive(cfg: DeriveConfig) -> str:
         ev = hs.tangent_spectrum(point)
         re = np.sort(ev.real)
         zeros = int(np.sum(np.abs(re) < 1e-6))
-        m_eff = [setting.importance_values[i] * setting.alpha_values[setting.lags(i)[0]]
-                 for i in range(setting.h)]
-        cs = {i + 1: vertex_decay_coefficient(setting.heads, m_eff[j], m_eff[i])
-              for i in range(setting.h) if i != j}
-        second = ("stable at second order" if all(c < 0 for c in cs.values()) else
-                  "unstable at second order along block(s) "
-                  + ", ".join(str(i) for i, c in cs.items() if c > 0))
-        lines.append(f"  block {j + 1}: loss {show(hs.loss_at(point))}; spectrum on the tangent "
-                     f"space: {classify_spectrum(ev, 1e-6).value} ({zeros} zero eigenvalues, "
-                     f"most negative {re[0]:.4g}, largest {re[-1]:.3g}); centre-manifold "
-                     f"coefficients c = {', '.join(f'{c:.4g}' for c in cs.values())}: {second}")
-    lines.append("  (float64 eigenvalues of the exact Jacobian; the zero modes include the "
-                 "head-splitting value redistribution, so no escape rate lambda exists)")
+        m_eff = [
+            setting.importance_values[i] * setting.alpha_values[setting.lags(i)[0]]
+            for i in range(setting.h)
+        ]
+        cs = {
+            i + 1: vertex_decay_coefficient(setting.heads, m_eff[j], m_eff[i])
+            for i in range(setting.h)
+            if i != j
+        }
+        second = (
+            "stable at second order"
+            if all(c < 0 for c in cs.values())
+            else "unstable at second order along block(s) "
+            + ", ".join(str(i) for i, c in cs.items() if c > 0)
+        )
+        lines.append(
+            f"  block {j + 1}: loss {show(hs.loss_at(point))}; spectrum on the tangent "
+            f"space: {classify_spectrum(ev, 1e-6).value} ({zeros} zero eigenvalues, "
+            f"most negative {re[0]:.4g}, largest {re[-1]:.3g}); centre-manifold "
+            f"coefficients c = {', '.join(f'{c:.4g}' for c in cs.values())}: {second}"
+        )
+    lines.append(
+        "  (float64 eigenvalues of the exact Jacobian; the zero modes include the "
+        "head-splitting value redistribution, so no escape rate lambda exists)"
+    )
     lines.append("")
     lines.append("Stage 1, escape from uniform attention (block mass p' = g(p) Delta(t)):")
     for metric in METRICS:
-        lines.append(f"  {metric}: g(p) = {show(lumped_mass_rate(metric))}; "
-                     f"int dp/g = {show(escape_integral(metric))}; "
-                     f"t_1 = {show(first_escape_time_expr(metric))}")
+        lines.append(
+            f"  {metric}: g(p) = {show(lumped_mass_rate(metric))}; "
+            f"int dp/g = {show(escape_integral(metric))}; "
+            f"t_1 = {show(first_escape_time_expr(metric))}"
+        )
     m = setting.importance_values
     if setting.h >= 2 and all(b == 1 for b in setting.blocks):
         c = vertex_decay_coefficient(setting.heads, m[0], m[1])
-        lines += ["", "Competitive plateau (vertex law, singleton blocks):",
-                  (f"  symmetric off-vertex mass: s_2' = c s_2^2 with c = {c:.6g} "
-                  f"(= -(m_1^2 - m_2^2)/H)"),
-                  f"  head-splitting growth: ln a ~ 2 sqrt(kappa t), kappa = m_2^2/|c| = "
-                  f"{m[1] ** 2 / abs(c):.6g}; plateau ~ (ln 1/eps)^2/(4 kappa)"
-                  + (" x T" if setting.metric == "logit" else "")]
+        lines += [
+            "",
+            "Competitive plateau (vertex law, singleton blocks):",
+            (
+                f"  symmetric off-vertex mass: s_2' = c s_2^2 with c = {c:.6g} "
+                f"(= -(m_1^2 - m_2^2)/H)"
+            ),
+            f"  head-splitting growth: ln a ~ 2 sqrt(kappa t), kappa = m_2^2/|c| = "
+            f"{m[1] ** 2 / abs(c):.6g}; plateau ~ (ln 1/eps)^2/(4 kappa)"
+            + (" x T" if setting.metric == "logit" else ""),
+        ]
     lines += ["", f"Predicted stages for eps = {cfg.noise:.3g}:"]
     for p in predict_stages(setting, cfg.noise):
         t = "not derived" if p.time is None else f"{p.time:.6g}"
-        lines.append(f"  stage {p.stage}: block {p.block + 1}, L {p.plateau_before:.6g} -> "
-                     f"{p.plateau_after:.6g}, t = {t}  [{p.rule}]")
+        lines.append(
+            f"  stage {p.stage}: block {p.block + 1}, L {p.plateau_before:.6g} -> "
+            f"{p.plateau_after:.6g}, t = {t}  [{p.rule}]"
+        )
     return "\n".join(lines)

@@ -23,33 +23,54 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser(name: str, argv: list[str]) -> _Parser:
-    p = _Parser(prog=f"stagewise sweep {name}", allow_abbrev=False,
-                description="Run EXPERIMENT at every point of a parameter grid, seeds vmapped "
-                            "inside each run; merge into one Dataset and plot mean and a 95% band "
-                            "over seeds.",
-                epilog=f"Any other option is an override of the experiment "
-                       f"(stagewise sweep {name} --grid ... --seeds 4 --steps 500; "
-                       f"see stagewise run {name} --help).")
+    p = _Parser(
+        prog=f"stagewise sweep {name}",
+        allow_abbrev=False,
+        description="Run EXPERIMENT at every point of a parameter grid, seeds vmapped "
+        "inside each run; merge into one Dataset and plot mean and a 95% band "
+        "over seeds.",
+        epilog=f"Any other option is an override of the experiment "
+        f"(stagewise sweep {name} --grid ... --seeds 4 --steps 500; "
+        f"see stagewise run {name} --help).",
+    )
     p._argv = argv
-    p.add_argument("--grid", nargs="+", metavar="KEY=V1,V2",
-                   help="parameter grid: config field and comma-separated values (the "
-                        "cartesian product of all items is run)")
-    p.add_argument("--executor", default="local",
-                   help="local: parallel worker processes; ray: Ray tasks (needs stagewise[ray])")
-    p.add_argument("--address", default=None,
-                   help="Ray cluster address (e.g. 127.0.0.1:6379); default: start a private "
-                        "local Ray instance")
-    p.add_argument("--workers", type=int, default=2,
-                   help="parallel worker processes (local) or CPUs of a private Ray instance")
-    p.add_argument("--out", type=Path, default=None,
-                   help="sweep directory (default runs/sweep-EXPERIMENT)")
-    p.add_argument("--variable", default="loss",
-                   help="variable drawn in the aggregate figure (dims seed, step)")
+    p.add_argument(
+        "--grid",
+        nargs="+",
+        metavar="KEY=V1,V2",
+        help="parameter grid: config field and comma-separated values (the "
+        "cartesian product of all items is run)",
+    )
+    p.add_argument(
+        "--executor",
+        default="local",
+        help="local: parallel worker processes; ray: Ray tasks (needs stagewise[ray])",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address (e.g. 127.0.0.1:6379); default: start a private "
+        "local Ray instance",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="parallel worker processes (local) or CPUs of a private Ray instance",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="sweep directory (default runs/sweep-EXPERIMENT)"
+    )
+    p.add_argument(
+        "--variable",
+        default="loss",
+        help="variable drawn in the aggregate figure (dims seed, step)",
+    )
     return p
 
 
 def sweep_main(args: list[str]) -> int:
-    from figures.sweep_plot import write_sweep_figure
+    from figures.core.sweep_plot import write_sweep_figure
     from simulate.experiments import EXPERIMENTS
     from simulate.sweep import (
         EXECUTORS,
@@ -62,8 +83,10 @@ def sweep_main(args: list[str]) -> int:
 
     if not args or args[0] not in EXPERIMENTS:
         got = args[0] if args else "(none)"
-        print(f"stagewise: error: experiment = {got!r}: one of {', '.join(EXPERIMENTS)}",
-              file=sys.stderr)
+        print(
+            f"stagewise: error: experiment = {got!r}: one of {', '.join(EXPERIMENTS)}",
+            file=sys.stderr,
+        )
         return 2
     name, argv = args[0], list(args[1:])
     experiment = EXPERIMENTS[name]
@@ -78,14 +101,17 @@ def sweep_main(args: list[str]) -> int:
     base = tyro.cli(experiment.config, args=rest, prog=f"stagewise sweep {name}")
     out = opts.out or Path("runs") / f"sweep-{name}"
     point_configs(base, grid, out)  # every point validated before anything runs
-    ds = run_sweep(name, base, grid, out, executor=opts.executor, address=opts.address,
-                   workers=opts.workers)
+    ds = run_sweep(
+        name, base, grid, out, executor=opts.executor, address=opts.address, workers=opts.workers
+    )
     paths = write_sweep_figure(ds, list(grid), out, variable=opts.variable)
     timing = sweep_record(out)["timing_s"]["total"]
     dims = " ".join(f"{k}={v}" for k, v in ordered_dims(ds, list(grid)).items())
-    print(f"sweep {name}: {_npoints(ds, grid)} "
-          f"points x {ds.sizes.get('seed', 1)} seeds, dims {dims}, {opts.executor} executor, "
-          f"{timing:.1f} s -> {out / 'sweep.zarr'}, {paths[0]}")
+    print(
+        f"sweep {name}: {_npoints(ds, grid)} "
+        f"points x {ds.sizes.get('seed', 1)} seeds, dims {dims}, {opts.executor} executor, "
+        f"{timing:.1f} s -> {out / 'sweep.zarr'}, {paths[0]}"
+    )
     return 0
 
 

@@ -1,9 +1,6 @@
 """Numerical side of stagewise: compiled fields, diffrax integration, training, the run store.
 
-Float64 is switched on here, once for the whole package: the ODEs and theory checks need it, and
-so do the training runs started at tiny scales (symmetry breaking of 1e-9 is lost in float32).
+The engine (trainer, runner, store, sweep, experiment registry, process settings) sits at the top,
+shared measurement rules in ``simulate.measure``, and each paper has a wing of its own. Importing
+the package changes no global setting: entry points call ``simulate.runtime.configure()``.
 """
-
-import jax
-
-jax.config.update("jax_enable_x64", True)

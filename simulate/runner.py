@@ -1,6 +1,7 @@
-"""What every training experiment shares: the run options (schedule, seeds, run directory) and
-the wrapper that runs a ``Problem`` through the run store and writes summary.json whatever the
-outcome (complete, interrupted, diverged, failed)."""
+"""What every training experiment shares: its seeds and schedule (``RunOptions``, part of the
+experiment's config), where it is written (``RunOutput``, not part of it), and the wrapper that
+runs a ``Problem`` through the run store and writes summary.json whatever the outcome (complete,
+interrupted, diverged, failed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 
 from simulate.store import RunStore, load
 from simulate.train import (
@@ -27,8 +29,26 @@ SEED_RULE = "key(seed) folded with 0 (init), 1 (noise), 2 (data)"
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    """Schedule, seeds and run directory of a training run."""
+class Seeds:
+    """Seed ids of a run or a figure (declared once for every experiment and figure)."""
+
+    seeds: int = 4
+    """number of seeds, vmapped in one compiled program."""
+    seed: int = 0
+    """first seed; seed ids are seed, seed+1, ..."""
+
+    def __post_init__(self) -> None:
+        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
+        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+
+    @property
+    def seed_ids(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.seeds))
+
+
+@dataclass(frozen=True)
+class RunOptions(Seeds):
+    """Schedule and seeds of a training run: what the experiment computes, not where it goes."""
 
     steps: int = 100_000
     """optimizer steps (a multiple of chunk)."""
@@ -36,10 +56,32 @@ class RunOptions:
     """steps between logged rows."""
     chunk: int = 10_000
     """steps per compiled chunk and checkpoint (a multiple of log_every)."""
-    seeds: int = 4
-    """number of seeds, vmapped in one compiled program."""
-    seed: int = 0
-    """first seed; seed ids are seed, seed+1, ..."""
+
+    def __post_init__(self) -> None:
+        Seeds.__post_init__(self)
+        require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
+        require(
+            self.chunk >= 1 and self.chunk % self.log_every == 0,
+            "chunk",
+            self.chunk,
+            f"a positive multiple of log_every = {self.log_every}",
+        )
+        require(
+            self.steps >= 1 and self.steps % self.chunk == 0,
+            "steps",
+            self.steps,
+            f"a positive multiple of chunk = {self.chunk}",
+        )
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(self.steps, self.log_every, self.chunk)
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """Where a training run goes and how it reports: the run directory, resuming, progress."""
+
     out: Path = Path("runs/run")
     """run directory."""
     resume: Path | None = None
@@ -49,40 +91,45 @@ class RunOptions:
     store: bool = True
     """write the run store (off only for overhead measurements)."""
 
-    def __post_init__(self):
-        require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
-        require(self.chunk >= 1 and self.chunk % self.log_every == 0, "chunk", self.chunk,
-                f"a positive multiple of log_every = {self.log_every}")
-        require(self.steps >= 1 and self.steps % self.chunk == 0, "steps", self.steps,
-                f"a positive multiple of chunk = {self.chunk}")
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
 
-    @property
-    def seed_ids(self) -> list[int]:
-        return list(range(self.seed, self.seed + self.seeds))
+def run_experiment(
+    name: str,
+    cfg: RunOptions,
+    output: RunOutput,
+    problem: Problem,
+    optimizer,
+    summarize: Callable[[xr.Dataset], dict],
+    seeds: dict | None = None,
+) -> Path | TrainResult:
+    """Run ``problem`` under ``cfg`` into ``output.out`` (or resume ``output.resume``).
 
-    @property
-    def schedule(self) -> Schedule:
-        return Schedule(self.steps, self.log_every, self.chunk)
-
-
-def run_experiment(name: str, cfg, problem: Problem, optimizer,
-                   summarize: Callable[[object], dict], seeds: dict | None = None):
-    """Run ``problem`` under ``cfg`` (a ``RunOptions``) into ``cfg.out`` (or resume ``cfg.resume``).
-
-    Returns the run directory, or the in-memory ``TrainResult`` when ``cfg.store`` is off.
+    Returns the run directory, or the in-memory ``TrainResult`` when ``output.store`` is off.
     ``summarize(dataset) -> dict`` adds the experiment's own entries to summary.json."""
-    store = RunStore(cfg.resume or cfg.out) if cfg.store else None
-    if store is not None and cfg.resume is None:
+    store = RunStore(output.resume or output.out) if output.store else None
+    if store is not None and output.resume is None:
         streams = seed_streams(cfg.seed_ids)
-        store.create(name, dataclasses.asdict(cfg), {
-            "seed_ids": cfg.seed_ids, "streams": {k: np.asarray(v) for k, v in streams.items()},
-            "rule": SEED_RULE, **(seeds or {})})
+        store.create(
+            name,
+            dataclasses.asdict(cfg),
+            output=dataclasses.asdict(output),
+            seeds={
+                "seed_ids": cfg.seed_ids,
+                "streams": {k: np.asarray(v) for k, v in streams.items()},
+                "rule": SEED_RULE,
+                **(seeds or {}),
+            },
+        )
     status, error, result = "complete", None, None
     try:
-        result = train(problem, optimizer, cfg.schedule, cfg.seed_ids, store,
-                       resume=cfg.resume is not None, progress=not cfg.quiet)
+        result = train(
+            problem,
+            optimizer,
+            cfg.schedule,
+            cfg.seed_ids,
+            store,
+            resume=output.resume is not None,
+            progress=not output.quiet,
+        )
     except (DivergenceError, Interrupted) as err:
         status = "diverged" if isinstance(err, DivergenceError) else "interrupted"
         error = err

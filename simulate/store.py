@@ -89,16 +89,29 @@ class RunStore:
     def checkpoint_path(self) -> Path:
         return self.path / "checkpoint"
 
-    def create(self, experiment: str, config: dict, seeds: dict) -> None:
+    def create(
+        self, experiment: str, config: dict, seeds: dict, output: dict | None = None
+    ) -> None:
+        """Start the run: clear what a previous run left and write config.json (``config`` is
+        the experiment's or figure's resolved config, ``output`` where and how it was run)."""
         self.path.mkdir(parents=True, exist_ok=True)
         for stale in (self.trajectory_path, self.checkpoint_path):
             if stale.exists():
                 shutil.rmtree(stale)
         (self.path / "summary.json").unlink(missing_ok=True)
-        _write_json(self.path / "config.json", {
-            "experiment": experiment, "config": config, "seeds": seeds,
-            "versions": versions(), "git_revision": git_revision(),
-            "command": sys.argv, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        _write_json(
+            self.path / "config.json",
+            {
+                "experiment": experiment,
+                "config": config,
+                "output": output,
+                "seeds": seeds,
+                "versions": versions(),
+                "git_revision": git_revision(),
+                "command": sys.argv,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
 
     def config(self) -> dict:
         return json.loads((self.path / "config.json").read_text())
@@ -110,9 +123,10 @@ class RunStore:
             chunk.to_zarr(self.trajectory_path, append_dim="step", consolidated=False)
             return
         rows = rows_per_chunk or chunk.sizes["step"]
-        encoding = {name: {"chunks": tuple(rows if d == "step" else chunk.sizes[d]
-                                           for d in var.dims)}
-                    for name, var in chunk.data_vars.items()}
+        encoding = {
+            name: {"chunks": tuple(rows if d == "step" else chunk.sizes[d] for d in var.dims)}
+            for name, var in chunk.data_vars.items()
+        }
         chunk.to_zarr(self.trajectory_path, mode="w", consolidated=False, encoding=encoding)
 
     def write(self, data: xr.Dataset) -> None:
@@ -161,7 +175,12 @@ class RunStore:
         _write_json(self.path / "summary.json", summary)
 
 
-def load(path) -> tuple[xr.Dataset, dict]:
+def read_summary(path: Path | str) -> dict:
+    """summary.json of a run directory (the reader beside ``RunStore.write_summary``)."""
+    return json.loads((Path(path) / "summary.json").read_text())
+
+
+def load(path: Path | str) -> tuple[xr.Dataset, dict]:
     """The stored trajectory (loaded into memory) and config.json of a run directory."""
     store = RunStore(Path(path))
     with xr.open_zarr(store.trajectory_path, consolidated=False) as ds:

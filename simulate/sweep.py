@@ -80,11 +80,17 @@ def parse_grid(items: list[str], config_type) -> dict[str, list]:
         key, sep, values = item.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
         if not sep or not key:
-            raise ConfigError("grid", item, "an item KEY=V1,V2,... with KEY one of "
-                              + ", ".join(gridable))
+            raise ConfigError(
+                "grid", item, "an item KEY=V1,V2,... with KEY one of " + ", ".join(gridable)
+            )
         if key not in gridable:
-            why = ("fixed for a sweep (seeds run inside each point)" if key in RESERVED
-                   else "not a scalar parameter" if key in fields else "unknown parameter")
+            why = (
+                "fixed for a sweep (seeds run inside each point)"
+                if key in RESERVED
+                else "not a scalar parameter"
+                if key in fields
+                else "unknown parameter"
+            )
             raise ConfigError("grid", item, f"{why}; KEY is one of {', '.join(gridable)}")
         if key in grid:
             raise ConfigError("grid", item, f"each KEY at most once ({key} repeated)")
@@ -97,11 +103,13 @@ def parse_grid(items: list[str], config_type) -> dict[str, list]:
             try:
                 value = _convert(text, kind)
             except ValueError:
-                raise ConfigError("grid", item,
-                                  f"values of {key} must be of type {kind.__name__}") from None
+                raise ConfigError(
+                    "grid", item, f"values of {key} must be of type {kind.__name__}"
+                ) from None
             if allowed is not None and value not in allowed:
-                raise ConfigError("grid", item, f"values of {key} are one of "
-                                  + ", ".join(map(str, allowed)))
+                raise ConfigError(
+                    "grid", item, f"values of {key} are one of " + ", ".join(map(str, allowed))
+                )
             converted.append(value)
         if len(set(converted)) != len(converted):
             raise ConfigError("grid", item, f"distinct values of {key}")
@@ -123,9 +131,12 @@ def point_configs(base_cfg, grid: dict[str, list], out: Path) -> list:
     """
     names = {f.name for f in dataclasses.fields(base_cfg)}
     fixed = {k: v for k, v in (("resume", None), ("store", True)) if k in names}
-    return [dataclasses.replace(base_cfg, **point, **fixed, out=Path(out) / f"point-{i:03d}",
-                                quiet=True)
-            for i, point in enumerate(grid_points(grid))]
+    return [
+        dataclasses.replace(
+            base_cfg, **point, **fixed, out=Path(out) / f"point-{i:03d}", quiet=True
+        )
+        for i, point in enumerate(grid_points(grid))
+    ]
 
 
 def run_point(experiment_name: str, cfg) -> str:
@@ -152,8 +163,11 @@ def _run_ray(name: str, cfgs: list, address: str | None, workers: int) -> list[s
     try:
         import ray
     except ImportError:
-        raise ConfigError("executor", "ray", "needs Ray installed: pip install 'stagewise[ray]' "
-                          "(or use --executor local)") from None
+        raise ConfigError(
+            "executor",
+            "ray",
+            "needs Ray installed: pip install 'stagewise[ray]' (or use --executor local)",
+        ) from None
     started = not ray.is_initialized()
     if started:
         if address:
@@ -161,18 +175,26 @@ def _run_ray(name: str, cfgs: list, address: str | None, workers: int) -> list[s
                 ray.init(address=address, log_to_driver=False)
             except (ConnectionError, RuntimeError) as err:
                 reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err)
-                raise ConfigError("address", address,
-                                  f"a reachable Ray cluster (ray start --head; {reason})") from None
+                raise ConfigError(
+                    "address", address, f"a reachable Ray cluster (ray start --head; {reason})"
+                ) from None
         else:
             # a private single-node instance on loopback, sized to the requested workers
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                     _node_ip_address="127.0.0.1")
+            ray.init(
+                num_cpus=workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+            )
             gcs = ray.get_runtime_context().gcs_address
             if not gcs.startswith("127."):
                 ray.shutdown()
-                raise ConfigError("executor", "ray",
-                                  f"a local Ray instance on loopback; this one bound to {gcs} "
-                                  f"(Ray was imported before {LOOPBACK_ENV}=0 could be set)")
+                raise ConfigError(
+                    "executor",
+                    "ray",
+                    f"a local Ray instance on loopback; this one bound to {gcs} "
+                    f"(Ray was imported before {LOOPBACK_ENV}=0 could be set)",
+                )
     try:
         task = ray.remote(num_cpus=1)(run_point)
         return ray.get([task.remote(name, cfg) for cfg in cfgs])
@@ -186,8 +208,14 @@ def merge_runs(datasets: list[xr.Dataset], points: list[dict]) -> xr.Dataset:
     keys = list(points[0])
     order = {k: list(dict.fromkeys(p[k] for p in points)) for k in keys}
     tagged = [ds.assign_coords({k: p[k] for k in keys}) for ds, p in zip(datasets, points)]
-    stacked = xr.concat(tagged, dim="point", coords="different", compat="equals", join="outer",
-                        combine_attrs="drop_conflicts")
+    stacked = xr.concat(
+        tagged,
+        dim="point",
+        coords="different",
+        compat="equals",
+        join="outer",
+        combine_attrs="drop_conflicts",
+    )
     if len(keys) == 1:
         merged = stacked.swap_dims(point=keys[0]).drop_vars("point", errors="ignore")
     else:
@@ -207,9 +235,15 @@ def ordered_dims(ds: xr.Dataset, grid_keys: list[str]) -> dict[str, int]:
     return {d: ds.sizes[d] for d in [*first, *(d for d in ds.sizes if d not in first)]}
 
 
-def run_sweep(experiment_name: str, base_cfg, grid: dict[str, list], out: Path,
-              executor: str = "local", address: str | None = None,
-              workers: int = 2) -> xr.Dataset:
+def run_sweep(
+    experiment_name: str,
+    base_cfg,
+    grid: dict[str, list],
+    out: Path,
+    executor: str = "local",
+    address: str | None = None,
+    workers: int = 2,
+) -> xr.Dataset:
     """Run every grid point of ``grid`` (seeds vmapped inside each run) and merge the results.
 
     Writes ``out/point-NNN/`` (one run directory per point), ``out/sweep.zarr`` and
@@ -241,11 +275,17 @@ def run_sweep(experiment_name: str, base_cfg, grid: dict[str, list], out: Path,
         warnings.filterwarnings("ignore", message=".*does not have a Zarr V3 specification")
         merged.to_zarr(zarr_path, mode="w", consolidated=False)
     t_total = time.perf_counter() - t0
-    record = {"experiment": experiment_name, "grid": grid, "points": points,
-              "executor": executor, "address": address, "workers": workers,
-              "run_dirs": [os.fspath(d) for d in run_dirs],
-              "dims": ordered_dims(merged, list(grid)),
-              "timing_s": {"runs": t_run, "total": t_total}}
+    record = {
+        "experiment": experiment_name,
+        "grid": grid,
+        "points": points,
+        "executor": executor,
+        "address": address,
+        "workers": workers,
+        "run_dirs": [os.fspath(d) for d in run_dirs],
+        "dims": ordered_dims(merged, list(grid)),
+        "timing_s": {"runs": t_run, "total": t_total},
+    }
     (out / "sweep.json").write_text(json.dumps(jsonable(record), indent=2) + "\n")
     return merged
 

@@ -62,15 +62,18 @@ class Schedule:
 class DivergenceError(RuntimeError):
     def __init__(self, step: int, quantity: str, seed: int):
         self.step, self.quantity, self.seed = step, quantity, seed
-        super().__init__(f"diverged at step {step}: non-finite {quantity} (seed {seed}); "
-                         "the rows logged before it are kept")
+        super().__init__(
+            f"diverged at step {step}: non-finite {quantity} (seed {seed}); "
+            "the rows logged before it are kept"
+        )
 
 
 class Interrupted(RuntimeError):
     def __init__(self, signum: int, step: int):
         self.signum, self.step = signum, step
-        super().__init__(f"interrupted by {signal.Signals(signum).name} after step {step}; "
-                         "resume with --resume")
+        super().__init__(
+            f"interrupted by {signal.Signals(signum).name} after step {step}; resume with --resume"
+        )
 
 
 @dataclass
@@ -84,13 +87,18 @@ class TrainResult:
 def seed_streams(seed_ids) -> dict[str, jax.Array]:
     """Per seed id: independent init, noise and data keys (``fold_in`` of the seed's key)."""
     base = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seed_ids, dtype=jnp.uint32))
-    return {name: jax.vmap(lambda k, t=tag: jax.random.fold_in(k, t))(base)
-            for name, tag in (("init", INIT), ("noise", NOISE), ("data", DATA))}
+    return {
+        name: jax.vmap(lambda k, t=tag: jax.random.fold_in(k, t))(base)
+        for name, tag in (("init", INIT), ("noise", NOISE), ("data", DATA))
+    }
 
 
 def _all_finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
-              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    leaves = [
+        jnp.all(jnp.isfinite(x))
+        for x in jax.tree_util.tree_leaves(tree)
+        if jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
@@ -118,10 +126,13 @@ def _chunk_program(problem: Problem, optimizer, schedule: Schedule):
 
 
 def _to_dataset(problem: Problem, rows: dict, steps, seed_ids) -> xr.Dataset:
-    data = {name: (("seed", "step", *problem.dims[name]), np.asarray(value))
-            for name, value in rows.items()}
-    return xr.Dataset(data, coords={"seed": np.asarray(seed_ids), "step": np.asarray(steps),
-                                    **problem.coords})
+    data = {
+        name: (("seed", "step", *problem.dims[name]), np.asarray(value))
+        for name, value in rows.items()
+    }
+    return xr.Dataset(
+        data, coords={"seed": np.asarray(seed_ids), "step": np.asarray(steps), **problem.coords}
+    )
 
 
 class _SignalFlag:
@@ -142,15 +153,28 @@ class _SignalFlag:
             signal.signal(s, h)
 
 
-def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunStore | None,
-          resume: bool = False, progress: bool = True) -> TrainResult:
+def train(
+    problem: Problem,
+    optimizer,
+    schedule: Schedule,
+    seed_ids,
+    store: RunStore | None,
+    resume: bool = False,
+    progress: bool = True,
+) -> TrainResult:
     """Run (or resume) a training run; with ``store=None`` nothing is written (for benchmarks)."""
     seed_ids = list(seed_ids)
     keys = seed_streams(seed_ids)
     params = jax.vmap(problem.init)(keys["init"], keys["noise"])
     n = len(seed_ids)
-    state = (params, jax.vmap(optimizer.init)(params), keys["data"], jnp.zeros(n, jnp.int32),
-             jnp.full(n, -1, jnp.int32), jnp.full(n, -1, jnp.int32))
+    state = (
+        params,
+        jax.vmap(optimizer.init)(params),
+        keys["data"],
+        jnp.zeros(n, jnp.int32),
+        jnp.full(n, -1, jnp.int32),
+        jnp.full(n, -1, jnp.int32),
+    )
     treedef = jax.tree_util.tree_structure(state)
     rows_done, step = 0, 0
     if resume:
@@ -161,9 +185,14 @@ def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunS
             return TrainResult(xr.Dataset(), 0.0, 0.0)
     pieces = []
     if step == 0:
-        first = _to_dataset(problem, jax.tree_util.tree_map(
-            lambda x: np.asarray(x)[:, None], jax.vmap(problem.observation)(params, state[1])),
-            [0], seed_ids)
+        first = _to_dataset(
+            problem,
+            jax.tree_util.tree_map(
+                lambda x: np.asarray(x)[:, None], jax.vmap(problem.observation)(params, state[1])
+            ),
+            [0],
+            seed_ids,
+        )
         pieces.append(first)
         if store is not None:
             store.append(first, rows_per_chunk=schedule.chunk // schedule.log_every)
@@ -175,8 +204,9 @@ def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunS
     compile_seconds = time.perf_counter() - t0
     run_seconds = 0.0
     per_row = schedule.log_every
-    bar = tqdm(total=schedule.steps, initial=step, disable=not progress, unit="step",
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=schedule.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True
+    )
     try:
         with _SignalFlag() as flag:
             while step < schedule.steps:
@@ -191,8 +221,9 @@ def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunS
                     who = int(np.nonzero(bad == b)[0][0])
                     quantity = "loss" if int(np.asarray(state[5])[who]) == 0 else "parameters"
                     keep = steps < b if quantity == "loss" else steps <= b
-                    kept = _to_dataset(problem, {k: v[:, keep] for k, v in rows.items()},
-                                       steps[keep], seed_ids)
+                    kept = _to_dataset(
+                        problem, {k: v[:, keep] for k, v in rows.items()}, steps[keep], seed_ids
+                    )
                     pieces.append(kept)
                     if store is not None and keep.any():
                         store.append(kept)
@@ -204,7 +235,8 @@ def train(problem: Problem, optimizer, schedule: Schedule, seed_ids, store: RunS
                     store.append(chunk_ds)
                     rows_done += len(steps)
                     store.save_checkpoint(
-                        [np.asarray(x) for x in jax.tree_util.tree_leaves(state)], step, rows_done)
+                        [np.asarray(x) for x in jax.tree_util.tree_leaves(state)], step, rows_done
+                    )
                 bar.update(schedule.chunk)
                 shown = next((k for k in rows if "loss" in k and rows[k].ndim == 2), None)
                 if shown is not None:

@@ -10,21 +10,24 @@ import pytest
 
 from figures.cli import main
 from simulate.store import load
-from theory.heads import HeadSetting, HeadSystem
+from theory.incremental.heads import HeadSetting, HeadSystem
 
 SPEC_README = Path(__file__).resolve().parents[2] / "shared" / "papers" / "README.md"
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["figure", "no-such-figure"], "figure"),
-    (["figure", "incremental-ode", "--eps", "-1"], "eps"),
-    (["figure", "incremental-ode", "--blocks", "30", "20"], "blocks"),
-    (["figure", "incremental-ode", "--importances", "1", "0", "1"], "importances"),
-    (["figure", "incremental-ode", "--m", "-2"], "m"),
-    (["figure", "incremental-timing", "--eps", "0"], "eps"),
-    (["derive", "nothing"], "system"),
-    (["frobnicate"], "command"),
-])
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["figure", "no-such-figure"], "figure"),
+        (["figure", "incremental-ode", "--eps", "-1"], "eps"),
+        (["figure", "incremental-ode", "--blocks", "30", "20"], "blocks"),
+        (["figure", "incremental-ode", "--importances", "1", "0", "1"], "importances"),
+        (["figure", "incremental-ode", "--m", "-2"], "m"),
+        (["figure", "incremental-timing", "--eps", "0"], "eps"),
+        (["derive", "nothing"], "system"),
+        (["frobnicate"], "command"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, field, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -34,11 +37,16 @@ def test_bad_input_is_one_line_and_exit_2(argv, field, capsys):
 def test_list_names_every_figure_of_the_specs(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    listed = {line.split()[0] for line in out.splitlines() if line and not line.startswith("derive")}
+    listed = {
+        line.split()[0] for line in out.splitlines() if line and not line.startswith("derive")
+    }
     if SPEC_README.exists():
         ids = set(re.findall(r"`([a-z]+(?:-[a-z]+)+)`", SPEC_README.read_text()))
-        ids = {i for i in ids if i.split("-")[0] in
-               {"incremental", "focus", "clustering", "emergence", "mean"}}
+        ids = {
+            i
+            for i in ids
+            if i.split("-")[0] in {"incremental", "focus", "clustering", "emergence", "mean"}
+        }
         assert ids and ids <= listed
     assert {"incremental-ode", "incremental-timing"} <= listed
 
@@ -75,7 +83,8 @@ def test_incremental_ode_quick_figure(tmp_path, capsys, monkeypatch):
     assert stages[-1]["plateau_measured"] < 1e-3
     for st in stages:
         assert st["measured_over_predicted"] == pytest.approx(
-            st["measured_time"] / st["predicted_time"])
+            st["measured_time"] / st["predicted_time"]
+        )
     stall = summary["stall_eps0"]
     assert stall["final_loss"] == pytest.approx(derived[1], rel=1e-3)
     assert stall["loss_crossings"][1:] == ["nan", "nan"]
@@ -86,7 +95,8 @@ def test_incremental_ode_quick_figure(tmp_path, capsys, monkeypatch):
     assert config["experiment"] == "incremental-ode"
     np.testing.assert_array_equal(data["plateau_level"].values, derived)
     (run_dir / "incremental-ode.png").unlink()
-    import figures.incremental_ode as module
+    import figures.incremental.ode as module
+
     monkeypatch.setattr(module, "compute", lambda cfg: pytest.fail("replot recomputed"))
     assert main(["figure", "incremental-ode", "--replot", "--out", str(tmp_path)]) == 0
     assert (run_dir / "incremental-ode.png").stat().st_size > 0
@@ -108,8 +118,10 @@ def test_incremental_timing_quick_figure(tmp_path):
 
 @pytest.mark.slow
 def test_incremental_head_dynamics_quick_figure(tmp_path):
-    assert main(["figure", "incremental-head-dynamics", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["figure", "incremental-head-dynamics", "--quick", "--quiet", "--out", str(tmp_path)])
+        == 0
+    )
     run_dir = tmp_path / "incremental-head-dynamics"
     data, _ = load(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -119,7 +131,7 @@ def test_incremental_head_dynamics_quick_figure(tmp_path):
 
 
 def test_ode_heads_are_matched_to_the_trained_heads():
-    from figures.incremental_head_dynamics import _match_heads
+    from figures.incremental.head_dynamics import _match_heads
 
     trained = np.array([[0.1, 0.9, 0.0], [0.9, 0.1, 0.0], [0.2, 0.0, 0.8]])
     ode = trained[[2, 0, 1]]

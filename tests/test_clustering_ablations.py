@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from figures.cli import main
-from figures.clustering_head_ablations import (
+from figures.clustering_head.ablations import (
     FIGURE_ID,
     PAPER,
     QUICK,
@@ -102,8 +102,9 @@ def test_quick_figure_reports_a_success_rate_for_every_point(tmp_path):
     expected |= {("batch", b) for b in QUICK["batches"] if b != PAPER.batch}
     expected |= {("width", m) for m in QUICK["widths"] if m != PAPER.width}
     got = {(p["axis"], p[p["axis"]]) for p in summary["points"] if p["axis"] != "default"}
-    assert {(a, round(float(v), 12)) for a, v in got} == \
-        {(a, round(float(v), 12)) for a, v in expected}
+    assert {(a, round(float(v), 12)) for a, v in got} == {
+        (a, round(float(v), 12)) for a, v in expected
+    }
     for p in summary["points"]:
         assert p["seeds"] == seeds and 0 <= p["successes"] <= seeds
         assert p["success_rate"] == p["successes"] / seeds

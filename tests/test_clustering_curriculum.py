@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from figures.cli import main
-from figures.clustering_head_finetune import first_success_epoch
-from figures.clustering_head_loss_spike import base_rates, fractions, spike_table
-from simulate.clustering_task import histogram_index, histograms
-from simulate.clustering_training import (
+from figures.clustering_head.finetune import first_success_epoch
+from figures.clustering_head.loss_spike import base_rates, fractions, spike_table
+from simulate.clustering_head.task import histogram_index, histograms
+from simulate.clustering_head.training import (
     ClusteringConfig,
     adam_preconditioner,
     cluster_quality,
@@ -27,7 +27,7 @@ from simulate.clustering_training import (
     preconditioned_top_eigenvalue,
     problem,
 )
-from simulate.loss_spikes import (
+from simulate.measure.spikes import (
     BEFORE,
     SpikeRule,
     baseline,
@@ -52,20 +52,26 @@ def _quadratic_problem(observe_optimizer: bool) -> Problem:
         return out
 
     dims = {"loss": (), "count": (), "nu": ("coordinate",)} if observe_optimizer else {"loss": ()}
-    return Problem(lambda k, n: jax.random.normal(k, (3,)),
-                   lambda p, k: (0.5 * jnp.sum(p**2), p), observe, dims,
-                   observe_optimizer=observe_optimizer)
+    return Problem(
+        lambda k, n: jax.random.normal(k, (3,)),
+        lambda p, k: (0.5 * jnp.sum(p**2), p),
+        observe,
+        dims,
+        observe_optimizer=observe_optimizer,
+    )
 
 
 def test_observer_gets_the_optimizer_state_only_when_asked():
     schedule = Schedule(steps=12, log_every=4, chunk=12)
-    with_state = train(_quadratic_problem(True), optax.adam(0.1), schedule, [0, 1], None,
-                       progress=False).dataset
+    with_state = train(
+        _quadratic_problem(True), optax.adam(0.1), schedule, [0, 1], None, progress=False
+    ).dataset
     assert with_state["count"].values.tolist() == [[0, 4, 8, 12]] * 2
     # Adam's second moment of g = params is the EMA of params^2: positive after the first step
     assert np.all(with_state["nu"].values[:, 0] == 0) and np.all(with_state["nu"].values[:, 1:] > 0)
-    plain = train(_quadratic_problem(False), optax.adam(0.1), schedule, [0, 1], None,
-                  progress=False).dataset
+    plain = train(
+        _quadratic_problem(False), optax.adam(0.1), schedule, [0, 1], None, progress=False
+    ).dataset
     assert set(plain.data_vars) == {"loss"}
     np.testing.assert_allclose(plain["loss"].values, with_state["loss"].values)
 
@@ -94,8 +100,13 @@ def test_preconditioned_sharpness_is_the_top_eigenvalue_of_p_inverse_h():
     A = rng.normal(size=(4, 4))
     H = A @ A.T + np.diag([3.0, 0.1, 0.2, 0.5])
     P = np.array([0.5, 2.0, 1.0, 0.1])
-    top = preconditioned_top_eigenvalue(lambda x: 0.5 * x @ jnp.asarray(H) @ x, jnp.ones(4),
-                                        jnp.asarray(P), jax.random.PRNGKey(0), 300)
+    top = preconditioned_top_eigenvalue(
+        lambda x: 0.5 * x @ jnp.asarray(H) @ x,
+        jnp.ones(4),
+        jnp.asarray(P),
+        jax.random.PRNGKey(0),
+        300,
+    )
     expected = np.max(np.linalg.eigvals(np.diag(1 / P) @ H).real)
     assert np.isclose(float(top), expected, rtol=1e-6)
 
@@ -128,8 +139,16 @@ def test_adam_threshold_is_38_over_lr():
 
 
 def test_clustering_observer_logs_the_preconditioned_sharpness_when_asked():
-    cfg = ClusteringConfig(length=6, sparsity=3, width=4, train_size=64, test_size=32, batch=32,
-                           hessian_iterations=30, preconditioned_sharpness=True)
+    cfg = ClusteringConfig(
+        length=6,
+        sparsity=3,
+        width=4,
+        train_size=64,
+        test_size=32,
+        batch=32,
+        hessian_iterations=30,
+        preconditioned_sharpness=True,
+    )
     prob, opt = problem(cfg), optimizer(cfg)
     assert prob.observe_optimizer and prob.dims["preconditioned_sharpness"] == ()
     params = prob.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
@@ -152,7 +171,7 @@ def test_clustering_observer_logs_the_preconditioned_sharpness_when_asked():
 
 def test_spikes_are_jumps_above_the_factor_merged_into_their_onset():
     loss = np.array([1.0, 0.5, 0.2, 0.1, 0.5, 2.0, 0.3, 0.05, 0.12, 0.03, 0.2])
-    assert detect_spikes(loss).tolist() == [4, 10]          # 4 -> 5 merged; 0.05 -> 0.12 is 2.4x
+    assert detect_spikes(loss).tolist() == [4, 10]  # 4 -> 5 merged; 0.05 -> 0.12 is 2.4x
     assert detect_spikes(loss, factor=2.0).tolist() == [4, 8, 10]
     assert detect_spikes(np.ones(5)).tolist() == []
 
@@ -168,7 +187,7 @@ def test_one_jump_on_a_decreasing_curve_is_one_spike(rate, onset, jump):
 
 def test_dips_and_bursts_read_the_epochs_at_and_before_the_onset():
     norm = np.ones(40)
-    norm[29] = 0.3                                           # e - 1 of a spike at 30
+    norm[29] = 0.3  # e - 1 of a spike at 30
     assert dips(norm, [30, 20], window=10, fraction=0.5).tolist() == [True, False]
     assert baseline(norm, 30, 10) == 1.0 and np.isnan(baseline(norm, 1, 10))
     sharp = np.full(40, 10.0)
@@ -176,18 +195,22 @@ def test_dips_and_bursts_read_the_epochs_at_and_before_the_onset():
     sharp[30] = 25.0
     assert bursts(sharp, [30, 20], 10, 2.0).tolist() == [True, False]
     assert bursts(sharp, [20], 10, 2.0, threshold=9.0).tolist() == [True]
-    assert bursts(sharp, [1], 10, 2.0).tolist() == [False]   # no baseline, no threshold
+    assert bursts(sharp, [1], 10, 2.0).tolist() == [False]  # no baseline, no threshold
     assert bursts(sharp, [30, 31], 10, 2.0, offsets=BEFORE).tolist() == [False, True]
 
 
 def test_spike_table_counts_coincidences_and_base_rates():
     epochs, lr = 60, 0.01
     loss = np.exp(-0.05 * np.arange(epochs))[None].repeat(2, 0)
-    loss[0, 40:] *= 10.0                                     # seed 0: one spike at 40
-    series = {"train_loss": loss, "gradient_norm": np.ones((2, epochs)),
-              "min_embedding_norm": np.ones((2, epochs)), "curvature_bound": np.ones((2, epochs)),
-              "hessian_top": np.ones((2, epochs)),
-              "preconditioned_sharpness": np.ones((2, epochs))}
+    loss[0, 40:] *= 10.0  # seed 0: one spike at 40
+    series = {
+        "train_loss": loss,
+        "gradient_norm": np.ones((2, epochs)),
+        "min_embedding_norm": np.ones((2, epochs)),
+        "curvature_bound": np.ones((2, epochs)),
+        "hessian_top": np.ones((2, epochs)),
+        "preconditioned_sharpness": np.ones((2, epochs)),
+    }
     series["min_embedding_norm"][0, 39] = 0.1
     series["gradient_norm"][0, 40] = 5.0
     series["preconditioned_sharpness"][:, 10] = 10 * stability_threshold(lr, 0.9)
@@ -200,11 +223,13 @@ def test_spike_table_counts_coincidences_and_base_rates():
     assert not rows[0]["preconditioned_sharpness_jump"] and not rows[0]["dip_and_sharpness_jump"]
     assert fractions(rows)["min_norm_dip"] == 1.0 and np.isnan(fractions([])["gradient_burst"])
     rates = base_rates(series, SpikeRule(), lr)
-    quiet = epochs - 2 - 1            # seed 0's epochs >= 2 that are no onset (seed 1 has no spike)
+    quiet = epochs - 2 - 1  # seed 0's epochs >= 2 that are no onset (seed 1 has no spike)
     # the excursion at epoch 10 is read by e = 10 and e = 11; the dip at 39 by e = 39
     assert rates["preconditioned_sharpness_jump"] == 2 / quiet
     assert rates["min_norm_dip"] == 1 / quiet
-    assert np.isnan(base_rates({k: v[1:] for k, v in series.items()}, SpikeRule(), lr)["gradient_burst"])
+    assert np.isnan(
+        base_rates({k: v[1:] for k, v in series.items()}, SpikeRule(), lr)["gradient_burst"]
+    )
 
 
 # ---- curriculum helpers ----------------------------------------------------------------------
@@ -221,9 +246,13 @@ def test_first_success_epoch_and_cluster_quality():
     assert histogram_index(x, 5, 3).tolist() == [table.index((2, 1, 2)), table.index((0, 0, 5))]
 
 
-@pytest.mark.parametrize("figure, argv, field", [
-    ("clustering-head-finetune", ["--epochs", "15"], "epochs"),
-    ("clustering-head-loss-spike", ["--factor", "1"], "factor")])
+@pytest.mark.parametrize(
+    "figure, argv, field",
+    [
+        ("clustering-head-finetune", ["--epochs", "15"], "epochs"),
+        ("clustering-head-loss-spike", ["--factor", "1"], "factor"),
+    ],
+)
 def test_figure_bad_input_exits_2(figure, argv, field, capsys, tmp_path):
     assert main(["figure", figure, "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -262,8 +291,11 @@ def test_quick_loss_spike_figure(tmp_path):
     assert (out / f"{fid}.png").exists()
     summary = json.loads((out / "summary.json").read_text())
     ds, _ = load(out / "finetune")
-    found = [(s, int(e)) for s in range(ds.sizes["seed"])
-             for e in detect_spikes(ds["train_loss"].values[s], 3.0)]
+    found = [
+        (s, int(e))
+        for s in range(ds.sizes["seed"])
+        for e in detect_spikes(ds["train_loss"].values[s], 3.0)
+    ]
     # the quick setting (ideal-init p = 2 head, lr 3e-2 on p = 3) was chosen because spikes occur
     assert summary["spike_count"] == len(found) >= 1
     assert [(r["seed_index"], r["onset"]) for r in summary["spikes"]] == found

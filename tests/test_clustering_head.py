@@ -15,14 +15,14 @@ import pytest
 import sympy as sp
 
 from figures.cli import main
-from simulate.clustering_model import (
+from simulate.clustering_head.model import (
     ClusteringHead,
     ideal_positions,
     init_clustering_head,
     parameter_count,
     rms_norm,
 )
-from simulate.clustering_task import (
+from simulate.clustering_head.task import (
     SMASetting,
     all_sequences,
     draw_data,
@@ -30,7 +30,7 @@ from simulate.clustering_task import (
     labels,
     probe_set,
 )
-from simulate.clustering_training import (
+from simulate.clustering_head.training import (
     ClusteringConfig,
     build_model,
     cross_entropy,
@@ -40,14 +40,14 @@ from simulate.clustering_training import (
 )
 from simulate.experiments import EXPERIMENTS
 from simulate.store import load
-from theory import clustering_symmetry as cs
+from theory.clustering_head import symmetry as cs
 from theory.validation import ConfigError
 
 
 def test_labels_are_the_sum_of_the_first_k_tokens_mod_p():
     x = np.array([[1, 1, 0, 1, 1, 1, 1], [2, 2, 1, 0, 0, 2, 2], [0, 0, 0, 2, 1, 1, 1]])
-    assert labels(jnp.asarray(x[:1]), 5, 2).tolist() == [0]         # 1+1+0+1+1 = 4
-    assert labels(jnp.asarray(x[1:]), 3, 3).tolist() == [2, 0]       # 5 mod 3, 0
+    assert labels(jnp.asarray(x[:1]), 5, 2).tolist() == [0]  # 1+1+0+1+1 = 4
+    assert labels(jnp.asarray(x[1:]), 3, 3).tolist() == [2, 0]  # 5 mod 3, 0
     data = draw_data(SMASetting(train_size=64, test_size=32))
     brute = [sum(int(t) for t in row[:5]) % 2 for row in np.asarray(data.train)]
     assert np.asarray(data.train_labels).tolist() == brute
@@ -75,8 +75,9 @@ def test_model_shapes_and_the_paper_parameter_count():
     assert model.sequence_embedding(x).shape == (2,)
     a = model.attention(x)
     assert a.shape == (12,) and jnp.allclose(a.sum(), 1.0)
-    assert jnp.allclose(model.sequence_embedding(x), model.value @ (a @ model.normalised(x)),
-                        atol=1e-6)
+    assert jnp.allclose(
+        model.sequence_embedding(x), model.value @ (a @ model.normalised(x)), atol=1e-6
+    )
 
 
 def test_rms_norm_has_no_gain_and_projects_onto_the_circle_of_radius_sqrt_d():
@@ -84,8 +85,12 @@ def test_rms_norm_has_no_gain_and_projects_onto_the_circle_of_radius_sqrt_d():
     n = rms_norm(z)
     assert jnp.allclose(jnp.linalg.norm(n, axis=-1), jnp.sqrt(2.0), rtol=1e-4)
     assert jnp.allclose(n, z / (jnp.sqrt(jnp.mean(z**2, -1, keepdims=True)) + 1e-5))
-    assert jax.tree_util.tree_leaves(eqx.filter(init_clustering_head(jax.random.PRNGKey(0)),
-                                                eqx.is_array)).__len__() == 8  # no norm gain
+    assert (
+        jax.tree_util.tree_leaves(
+            eqx.filter(init_clustering_head(jax.random.PRNGKey(0)), eqx.is_array)
+        ).__len__()
+        == 8
+    )  # no norm gain
 
 
 def test_first_units_are_identical_across_ffn_widths():
@@ -118,12 +123,13 @@ def test_group_and_projector_of_the_symmetric_subspace():
 
 def test_normalisation_operator_norm_is_sqrt_d_over_norm():
     xi, norm = cs.normalisation_operator_norm(2)
-    assert sp.simplify(norm - sp.sqrt(2) / sp.sqrt(xi[0]**2 + xi[1]**2)) == 0
+    assert sp.simplify(norm - sp.sqrt(2) / sp.sqrt(xi[0] ** 2 + xi[1] ** 2)) == 0
     # against the compiled normalisation at a point (eps = 1e-5 is negligible at ||xi|| ~ 0.3)
     point = jnp.array([0.3, -0.1])
     J = jax.jacfwd(rms_norm)(point)
-    assert np.isclose(np.linalg.norm(np.asarray(J), 2),
-                      float(norm.subs({xi[0]: 0.3, xi[1]: -0.1})), rtol=1e-3)
+    assert np.isclose(
+        np.linalg.norm(np.asarray(J), 2), float(norm.subs({xi[0]: 0.3, xi[1]: -0.1})), rtol=1e-3
+    )
 
 
 def test_population_gradient_is_equivariant_and_fixed_on_the_symmetric_subspace():
@@ -134,8 +140,9 @@ def test_population_gradient_is_equivariant_and_fixed_on_the_symmetric_subspace(
     model = build_model(cfg, jax.random.PRNGKey(0))
     grad = jax.grad(cross_entropy)
     # equivariance at a generic (non-symmetric) point
-    generic = eqx.tree_at(lambda m: m.position, model,
-                          jax.random.normal(jax.random.PRNGKey(1), (6, 2), jnp.float64))
+    generic = eqx.tree_at(
+        lambda m: m.position, model, jax.random.normal(jax.random.PRNGKey(1), (6, 2), jnp.float64)
+    )
     perm = np.array([2, 0, 1, 5, 3, 4])
     g = grad(generic, pop, y)
     g_perm = grad(eqx.tree_at(lambda m: m.position, generic, generic.position[perm]), pop, y)
@@ -161,15 +168,21 @@ def test_symmetry_defect_and_ideal_positions():
 
 def test_power_iteration_finds_the_top_hessian_eigenvalue_of_a_quadratic():
     A = jnp.diag(jnp.array([5.0, -1.0, 2.0]))
-    top = top_hessian_eigenvalue(lambda v: 0.5 * v @ A @ v, jnp.ones(3), jax.random.PRNGKey(0),
-                                 100)
+    top = top_hessian_eigenvalue(lambda v: 0.5 * v @ A @ v, jnp.ones(3), jax.random.PRNGKey(0), 100)
     assert np.isclose(float(top), 5.0, rtol=1e-6)
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["--lr", "-0.1"], "lr"), (["--sparsity", "13"], "sparsity"), (["--modulus", "1"], "modulus"),
-    (["--vocab", "2", "--modulus", "3"], "vocab"), (["--epochs", "7"], "epochs_per_chunk"),
-    (["--length", "30", "--data", "population"], "data")])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["--lr", "-0.1"], "lr"),
+        (["--sparsity", "13"], "sparsity"),
+        (["--modulus", "1"], "modulus"),
+        (["--vocab", "2", "--modulus", "3"], "vocab"),
+        (["--epochs", "7"], "epochs_per_chunk"),
+        (["--length", "30", "--data", "population"], "data"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(argv, field, capsys, tmp_path):
     assert main(["run", "clustering-head", "--out", str(tmp_path / "r"), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -189,10 +202,22 @@ def test_registered_experiment():
 def test_population_flow_from_the_subspace_stays_on_it(tmp_path):
     """Full-population Adam in float64 from the ideal init: P stays on S to round-off, while the
     loss moves (§5.2; spec figure clustering-head-fixed-point (i))."""
-    cfg = ClusteringConfig(length=8, sparsity=3, width=8, init="ideal", data="population",
-                           precision="float64", lr=3e-2, epochs=40, epochs_per_chunk=20,
-                           hessian_iterations=0, train_size=64, test_size=64, quiet=True,
-                           out=tmp_path / "pop")
+    cfg = ClusteringConfig(
+        length=8,
+        sparsity=3,
+        width=8,
+        init="ideal",
+        data="population",
+        precision="float64",
+        lr=3e-2,
+        epochs=40,
+        epochs_per_chunk=20,
+        hessian_iterations=0,
+        train_size=64,
+        test_size=64,
+        quiet=True,
+        out=tmp_path / "pop",
+    )
     ds, _ = load(run(cfg))
     assert ds["symmetry_defect"].dims == ("seed", "step") and ds.sizes["step"] == 41
     assert float(ds["symmetry_defect"].max()) < 1e-12
@@ -203,16 +228,37 @@ def test_population_flow_from_the_subspace_stays_on_it(tmp_path):
 
 
 def test_minibatch_training_breaks_the_symmetry_and_logs_every_observable(tmp_path):
-    cfg = ClusteringConfig(length=8, sparsity=3, width=8, init="ideal", train_size=128,
-                           test_size=64, batch=32, epochs=4, epochs_per_chunk=2,
-                           hessian_iterations=5, seeds=2, quiet=True, out=tmp_path / "mb")
+    cfg = ClusteringConfig(
+        length=8,
+        sparsity=3,
+        width=8,
+        init="ideal",
+        train_size=128,
+        test_size=64,
+        batch=32,
+        epochs=4,
+        epochs_per_chunk=2,
+        hessian_iterations=5,
+        seeds=2,
+        quiet=True,
+        out=tmp_path / "mb",
+    )
     path = run(cfg)
     ds, _ = load(path)
     summary = json.loads((path / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["steps_per_epoch"] == 4
     assert ds["step"].values.tolist() == [0, 4, 8, 12, 16]
-    for name in ("train_loss", "test_loss", "train_accuracy", "test_accuracy", "attention_mass",
-                 "gradient_norm", "min_embedding_norm", "curvature_bound", "hessian_top"):
+    for name in (
+        "train_loss",
+        "test_loss",
+        "train_accuracy",
+        "test_accuracy",
+        "attention_mass",
+        "gradient_norm",
+        "min_embedding_norm",
+        "curvature_bound",
+        "hessian_top",
+    ):
         assert ds[name].dims == ("seed", "step") and np.all(np.isfinite(ds[name].values))
     assert np.allclose(ds["curvature_bound"], np.sqrt(2) / ds["min_embedding_norm"])
     assert ds["probe_attention"].shape == (2, 5, 4 * 4, 8)
@@ -222,13 +268,26 @@ def test_minibatch_training_breaks_the_symmetry_and_logs_every_observable(tmp_pa
     # the seeds differ (vmapped init and batches)
     assert not np.allclose(ds["train_loss"].values[0, 1:], ds["train_loss"].values[1, 1:])
     # the logged weights are the model's: the logged train loss is recomputed from them
-    w = {n: jnp.asarray(ds[n].values[0, -1]) for n in ("token_embedding", "position_embedding",
-                                                       "query", "value", "w1", "b1", "w2", "b2")}
-    model = ClusteringHead(w["token_embedding"], w["position_embedding"], w["query"], w["value"],
-                           w["w1"], w["b1"], w["w2"], w["b2"])
+    w = {
+        n: jnp.asarray(ds[n].values[0, -1])
+        for n in ("token_embedding", "position_embedding", "query", "value", "w1", "b1", "w2", "b2")
+    }
+    model = ClusteringHead(
+        w["token_embedding"],
+        w["position_embedding"],
+        w["query"],
+        w["value"],
+        w["w1"],
+        w["b1"],
+        w["w2"],
+        w["b2"],
+    )
     data = draw_data(cfg)
-    assert np.isclose(float(cross_entropy(model, data.train, data.train_labels)),
-                      float(ds["train_loss"].values[0, -1]), rtol=1e-5)
+    assert np.isclose(
+        float(cross_entropy(model, data.train, data.train_labels)),
+        float(ds["train_loss"].values[0, -1]),
+        rtol=1e-5,
+    )
 
 
 def test_sequences_enumeration_order_is_lexicographic():
@@ -239,14 +298,19 @@ def test_sequences_enumeration_order_is_lexicographic():
 
 
 def test_shown_seed_prefers_successful_seeds():
-    from figures.clustering_head_attention import shown_seed
+    from figures.clustering_head.attention import shown_seed
+
     assert shown_seed(np.array([0.9, 0.5, 0.6]), np.array([False, True, True])) == 2
     assert shown_seed(np.array([0.9, 0.5, 0.6]), np.array([False, False, False])) == 0
 
 
-@pytest.mark.parametrize("figure, argv, field", [
-    ("clustering-head-fixed-point", ["--lr", "0"], "lr"),
-    ("clustering-head-attention", ["--epochs", "15"], "epochs")])
+@pytest.mark.parametrize(
+    "figure, argv, field",
+    [
+        ("clustering-head-fixed-point", ["--lr", "0"], "lr"),
+        ("clustering-head-attention", ["--epochs", "15"], "epochs"),
+    ],
+)
 def test_figure_bad_input_exits_2(figure, argv, field, capsys, tmp_path):
     assert main(["figure", figure, "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -283,10 +347,22 @@ def test_quick_attention_figure(tmp_path):
 
 
 def test_fine_tuning_starts_each_seed_from_its_stored_final_weights(tmp_path):
-    from simulate.clustering_training import model_at
-    base = ClusteringConfig(length=6, sparsity=3, width=4, train_size=64, test_size=32, batch=32,
-                            epochs=2, epochs_per_chunk=1, hessian_iterations=0, seeds=3,
-                            quiet=True, out=tmp_path / "p2")
+    from simulate.clustering_head.training import model_at
+
+    base = ClusteringConfig(
+        length=6,
+        sparsity=3,
+        width=4,
+        train_size=64,
+        test_size=32,
+        batch=32,
+        epochs=2,
+        epochs_per_chunk=1,
+        hessian_iterations=0,
+        seeds=3,
+        quiet=True,
+        out=tmp_path / "p2",
+    )
     ds2, _ = load(run(base))
     tuned = replace(base, modulus=3, init_from=base.out, seed=1, seeds=2, out=tmp_path / "p3")
     ds3, _ = load(run(tuned))
@@ -295,8 +371,11 @@ def test_fine_tuning_starts_each_seed_from_its_stored_final_weights(tmp_path):
             assert np.array_equal(ds3[name].values[i, 0], ds2[name].values[seed, -1])
     assert not np.array_equal(ds3["w1"].values[0, 0], ds3["w1"].values[1, 0])
     data = draw_data(base)
-    assert np.isclose(float(cross_entropy(model_at(ds2, 0), data.train, data.train_labels)),
-                      float(ds2["train_loss"].values[0, -1]), rtol=1e-5)
+    assert np.isclose(
+        float(cross_entropy(model_at(ds2, 0), data.train, data.train_labels)),
+        float(ds2["train_loss"].values[0, -1]),
+        rtol=1e-5,
+    )
     with pytest.raises(ConfigError, match="width"):
         replace(tuned, width=5)
     with pytest.raises(ConfigError, match="seed"):
@@ -304,12 +383,14 @@ def test_fine_tuning_starts_each_seed_from_its_stored_final_weights(tmp_path):
 
 
 def test_class_probability_is_the_read_out_softmax():
-    from figures.clustering_sandbox_frame import class_probability
+    from figures.clustering_head.sandbox_frame import class_probability
+
     model = init_clustering_head(jax.random.PRNGKey(0))
     x = jnp.zeros(12, jnp.int32)
     xi = model.sequence_embedding(x)[None]
-    assert np.isclose(class_probability(model, xi, 1)[0], float(jax.nn.softmax(model(x))[1]),
-                      rtol=1e-5)
+    assert np.isclose(
+        class_probability(model, xi, 1)[0], float(jax.nn.softmax(model(x))[1]), rtol=1e-5
+    )
 
 
 @pytest.mark.slow
@@ -321,5 +402,6 @@ def test_quick_sandbox_figure(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     ds, _ = load(out / "training")
     assert summary["frames"] == [0, 10, 100, 200] and summary["histogram_clusters"] == 6
-    assert np.allclose(summary["test_accuracy_at_frames"],
-                       ds["test_accuracy"].values[0, [0, 10, 100, 200]])
+    assert np.allclose(
+        summary["test_accuracy_at_frames"], ds["test_accuracy"].values[0, [0, 10, 100, 200]]
+    )

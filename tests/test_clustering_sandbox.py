@@ -1,5 +1,5 @@
 """The clustering-head visual sandbox: frame helpers, the 4 x 4 frame, the animation and the figure
-(figures.clustering_sandbox_frame, figures.clustering_head_sandbox; spec clustering_head.md §7)."""
+(figures.clustering_head.sandbox_frame, figures.clustering_head.sandbox; spec clustering_head.md §7)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from figures.cli import main
-from figures.clustering_head_sandbox import FIGURE_ID, animate, animation_epochs, model_at_epoch
-from figures.clustering_sandbox_frame import (
+from figures.clustering_head.sandbox import FIGURE_ID, animate, animation_epochs, model_at_epoch
+from figures.clustering_head.sandbox_frame import (
     SIMPLEX_CORNERS,
     SandboxContext,
     draw_frame,
     ideal_clusters,
     simplex_projection,
 )
-from simulate.clustering_model import ClusteringHead, ideal_positions, init_clustering_head
-from simulate.clustering_task import draw_data, histogram_index, histograms, probe_set
-from simulate.clustering_training import WEIGHTS, ClusteringConfig, cluster_quality, model_at
-from simulate.clustering_training import run as train_run
+from simulate.clustering_head.model import ClusteringHead, ideal_positions, init_clustering_head
+from simulate.clustering_head.task import draw_data, histogram_index, histograms, probe_set
+from simulate.clustering_head.training import WEIGHTS, ClusteringConfig, cluster_quality, model_at
+from simulate.clustering_head.training import run as train_run
 from simulate.store import load
 
 K, P, L = 5, 2, 12
@@ -62,8 +62,9 @@ def test_cluster_quality_on_constructed_groups():
 def test_cluster_quality_is_scale_and_shift_invariant(scale, shift, seed):
     rng = np.random.default_rng(seed)
     points, groups = rng.normal(size=(30, 2)), np.arange(30) % 3
-    assert np.isclose(cluster_quality(scale * points + shift, groups),
-                      cluster_quality(points, groups), rtol=1e-9)
+    assert np.isclose(
+        cluster_quality(scale * points + shift, groups), cluster_quality(points, groups), rtol=1e-9
+    )
 
 
 def test_histogram_index_follows_the_histogram_order():
@@ -78,9 +79,15 @@ def test_histogram_index_follows_the_histogram_order():
 def test_ideal_clusters_match_a_head_attending_only_to_the_first_block():
     # equal first-block scores q^T Z_t for both tokens, distractor scores ~ -100: a_t = 1/k on t <= k
     model = ClusteringHead(
-        token=jnp.array([[0.3, 0.0], [-0.3, 0.0], [0.0, 0.5]]), position=ideal_positions(L, K),
-        query=jnp.array([0.0, 50.0]), value=jnp.array([[1.0, 0.4], [-0.2, 0.8]]),
-        w1=jnp.zeros((4, 2)), b1=jnp.zeros(4), w2=jnp.zeros((2, 4)), b2=jnp.zeros(2))
+        token=jnp.array([[0.3, 0.0], [-0.3, 0.0], [0.0, 0.5]]),
+        position=ideal_positions(L, K),
+        query=jnp.array([0.0, 50.0]),
+        value=jnp.array([[1.0, 0.4], [-0.2, 0.8]]),
+        w1=jnp.zeros((4, 2)),
+        b1=jnp.zeros(4),
+        w2=jnp.zeros((2, 4)),
+        b2=jnp.zeros(2),
+    )
     probe, which = probe_set(ClusteringConfig())
     xi = jax.vmap(model.sequence_embedding)(jnp.asarray(probe))
     assert np.allclose(ideal_clusters(model, K, P)[which], xi, atol=1e-5)
@@ -90,11 +97,18 @@ def _context(n: int = 64, epochs: int = 20) -> SandboxContext:
     rng = np.random.default_rng(0)
     probe, which = probe_set(ClusteringConfig())
     e = np.arange(epochs + 1)
-    return SandboxContext(train=rng.integers(0, P, (n, L)).astype(np.int32), sparsity=K, modulus=P,
-                          probe=probe, probe_histogram=which, epochs=e,
-                          train_loss=np.exp(-e / 10), test_loss=np.exp(-e / 12),
-                          train_accuracy=np.linspace(0.5, 1, len(e)),
-                          test_accuracy=np.linspace(0.5, 0.99, len(e)))
+    return SandboxContext(
+        train=rng.integers(0, P, (n, L)).astype(np.int32),
+        sparsity=K,
+        modulus=P,
+        probe=probe,
+        probe_histogram=which,
+        epochs=e,
+        train_loss=np.exp(-e / 10),
+        test_loss=np.exp(-e / 12),
+        train_accuracy=np.linspace(0.5, 1, len(e)),
+        test_accuracy=np.linspace(0.5, 0.99, len(e)),
+    )
 
 
 def test_frame_draws_the_sixteen_panels():
@@ -112,9 +126,16 @@ def test_frame_draws_the_sixteen_panels():
 def _stored_weights(epochs: list[int]) -> xr.Dataset:
     models = [init_clustering_head(jax.random.PRNGKey(e)) for e in epochs]
     names = [f.name for f in dataclasses.fields(ClusteringHead)]
-    return xr.Dataset({w: (("epoch", *(f"{w}_{i}" for i in range(np.ndim(getattr(models[0], f))))),
-                           np.stack([np.asarray(getattr(m, f)) for m in models]))
-                       for w, f in zip(WEIGHTS, names)}, coords={"epoch": epochs})
+    return xr.Dataset(
+        {
+            w: (
+                ("epoch", *(f"{w}_{i}" for i in range(np.ndim(getattr(models[0], f))))),
+                np.stack([np.asarray(getattr(m, f)) for m in models]),
+            )
+            for w, f in zip(WEIGHTS, names)
+        },
+        coords={"epoch": epochs},
+    )
 
 
 def test_model_at_epoch_rebuilds_the_stored_weights():
@@ -134,10 +155,19 @@ def test_animation_writes_one_gif_frame_per_epoch(tmp_path):
     epochs = [0, 1]
     ctx = _context(epochs=1)
     data = _stored_weights(epochs).assign(
-        train_loss=("epoch", ctx.train_loss), test_loss=("epoch", ctx.test_loss),
-        train_accuracy=("epoch", ctx.train_accuracy), test_accuracy=("epoch", ctx.test_accuracy))
-    summary = {"animation_epochs": epochs, "length": L, "sparsity": K, "modulus": P,
-               "train_size": 64, "data_seed": 0}
+        train_loss=("epoch", ctx.train_loss),
+        test_loss=("epoch", ctx.test_loss),
+        train_accuracy=("epoch", ctx.train_accuracy),
+        test_accuracy=("epoch", ctx.test_accuracy),
+    )
+    summary = {
+        "animation_epochs": epochs,
+        "length": L,
+        "sparsity": K,
+        "modulus": P,
+        "train_size": 64,
+        "data_seed": 0,
+    }
     paths = animate(data, summary, tmp_path, fps=4, dpi=25, quiet=True)
     gif = tmp_path / f"{FIGURE_ID}.gif"
     assert gif in paths
@@ -145,8 +175,9 @@ def test_animation_writes_one_gif_frame_per_epoch(tmp_path):
         assert im.n_frames == len(epochs)
 
 
-@pytest.mark.parametrize("argv", [["--animation-every", "0"], ["--frames", "0", "5000"],
-                                  ["--animation-dpi", "5"]])
+@pytest.mark.parametrize(
+    "argv", [["--animation-every", "0"], ["--frames", "0", "5000"], ["--animation-dpi", "5"]]
+)
 def test_bad_sandbox_input_fails_cleanly(tmp_path, argv, capsys):
     assert main(["figure", FIGURE_ID, "--quiet", "--out", str(tmp_path), *argv]) == 2
     assert capsys.readouterr().err.startswith("stagewise: error:")
@@ -174,7 +205,7 @@ def test_quick_sandbox_writes_the_frames_and_the_animation(quick_sandbox):
 
 @pytest.mark.slow
 def test_sandbox_replot_redraws_the_animation_from_the_store(quick_sandbox, monkeypatch):
-    import figures.clustering_head_sandbox as module
+    import figures.clustering_head.sandbox as module
 
     gif = quick_sandbox / f"{FIGURE_ID}.gif"
     gif.unlink()
@@ -188,8 +219,9 @@ def test_sandbox_replot_redraws_the_animation_from_the_store(quick_sandbox, monk
 def test_cluster_quality_ignores_absent_groups_and_matches_the_logged_value(tmp_path):
     points = np.array([[0.0, 0.0], [0.0, 2.0], [4.0, 0.0], [4.0, 2.0]])
     assert np.isclose(float(cluster_quality(points, np.array([0, 0, 2, 2]), 3)), 1.0 / 4.0)
-    cfg = ClusteringConfig(epochs=2, epochs_per_chunk=2, hessian_iterations=0, quiet=True,
-                           out=tmp_path / "run")
+    cfg = ClusteringConfig(
+        epochs=2, epochs_per_chunk=2, hessian_iterations=0, quiet=True, out=tmp_path / "run"
+    )
     ds, _ = load(train_run(cfg))
     test = np.asarray(draw_data(cfg).test)
     xi = np.asarray(jax.vmap(model_at(ds, 0, -1).sequence_embedding)(test))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from figures.compare_cross_entropy import _duration_ratio
+from figures.incremental.compare_cross_entropy import _duration_ratio
 
 
 def test_duration_ratios_are_stage_lengths_over_the_first_stage():

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from figures.emergence_linear_map import responsible_heads
-from figures.emergence_mixer import steps_to_floor
-from figures.emergence_sparsity import default_grid
-from figures.emergence_times import survival
-from simulate import emergence_tasks as tasks
-from simulate.emergence_models import CausalMixer, CausalTransformer
-from simulate.emergence_training import EmergenceConfig, emergence_times, plateau_length
+from figures.emergence.linear_map import responsible_heads
+from figures.emergence.mixer import steps_to_floor
+from figures.emergence.sparsity import default_grid
+from figures.emergence.times import survival
+from simulate.emergence import tasks
+from simulate.emergence.models import CausalMixer, CausalTransformer
+from simulate.emergence.training import EmergenceConfig, emergence_times, plateau_length
 
 
 def test_linear_map_rows_and_sequences():
@@ -41,7 +41,8 @@ def test_linear_map_floor_counts_random_tokens():
     # the staircase: S steps from ln 2 end at the floor
     S = 16
     assert math.log(2) - S * tasks.linear_map_step_height(S) == pytest.approx(
-        tasks.linear_map_floor(S))
+        tasks.linear_map_floor(S)
+    )
 
 
 def test_linear_map_pattern_is_causal_and_matches_m():
@@ -65,7 +66,7 @@ def test_ca_sequences_follow_one_table_per_sequence():
                 nb = (x[i - 1], x[i], x[(i + 1) % S])
                 assert table.setdefault(nb, y[i]) == y[i]
     B = tasks.ca_pattern(S, 5)
-    assert (B[S - 1:].sum(1) == 3).all() and (np.triu(B, 1) == 0).all()
+    assert (B[S - 1 :].sum(1) == 3).all() and (np.triu(B, 1) == 0).all()
 
 
 def test_ca_floor_below_ln_k_and_falls_with_more_states():
@@ -76,9 +77,11 @@ def test_ca_floor_below_ln_k_and_falls_with_more_states():
 
 def _models():
     key = jax.random.PRNGKey(0)
-    return [CausalTransformer(2, 15, layers=1, heads=2, head_dim=4, key=key),
-            CausalTransformer(2, 15, layers=2, heads=2, head_dim=4, key=key),
-            CausalMixer(2, 15, layers=2, width=8, key=key)]
+    return [
+        CausalTransformer(2, 15, layers=1, heads=2, head_dim=4, key=key),
+        CausalTransformer(2, 15, layers=2, heads=2, head_dim=4, key=key),
+        CausalMixer(2, 15, layers=2, width=8, key=key),
+    ]
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
@@ -135,9 +138,16 @@ def test_responsible_head_is_the_one_whose_pattern_mass_rises():
     assert rows == [[1, 300.0, 3, -1.0, 0.0]]
 
 
-@pytest.mark.parametrize("argv", [["--s", "0"], ["--S", "1"], ["--lr", "-1"],
-                                  ["--model", "mixer", "--attention-bias", "3"],
-                                  ["--layers", "3"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--s", "0"],
+        ["--S", "1"],
+        ["--lr", "-1"],
+        ["--model", "mixer", "--attention-bias", "3"],
+        ["--layers", "3"],
+    ],
+)
 def test_bad_input_exits_2(tmp_path, argv):
     assert main(["run", "emergence", "--out", str(tmp_path / "r"), *argv]) == 2
 
@@ -148,8 +158,9 @@ def test_figure_rejects_ca_task(tmp_path):
 
 @pytest.mark.slow
 def test_linear_map_figure_quick_shows_staircase(tmp_path):
-    assert main(["figure", "emergence-linear-map", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["figure", "emergence-linear-map", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    )
     out = tmp_path / "emergence-linear-map"
     assert (out / "emergence-linear-map.png").exists()
     summary = json.loads((out / "summary.json").read_text())
@@ -188,8 +199,7 @@ def test_sparsity_default_grid():
 
 @pytest.mark.slow
 def test_sparsity_figure_quick_is_hardest_at_half_density(tmp_path):
-    assert main(["figure", "emergence-sparsity", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert main(["figure", "emergence-sparsity", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
     out = tmp_path / "emergence-sparsity"
     assert (out / "emergence-sparsity.png").exists()
     summary = json.loads((out / "summary.json").read_text())
@@ -218,14 +228,23 @@ def test_times_figure_quick_more_heads_emerge_more(tmp_path):
     assert emerged[-1] > emerged[0]  # more heads: more cells emerge within the budget
 
 
-
-@pytest.mark.parametrize("module", ["emergence_times", "emergence_heads_vs_dim", "emergence_mixer",
-                                    "emergence_sparsity", "emergence_linear_map",
-                                    "emergence_ca_plateau"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "emergence_times",
+        "emergence_heads_vs_dim",
+        "emergence_mixer",
+        "emergence_sparsity",
+        "emergence_linear_map",
+        "emergence_ca_plateau",
+    ],
+)
 def test_figure_configs_hand_their_experiment_fields_to_the_runs(module):
-    config = next(c for c in vars(importlib.import_module(f"figures.{module}")).values()
-                  if isinstance(c, type) and issubclass(c, EmergenceConfig)
-                  and c is not EmergenceConfig)
+    config = next(
+        c
+        for c in vars(importlib.import_module(f"figures.{module}")).values()
+        if isinstance(c, type) and issubclass(c, EmergenceConfig) and c is not EmergenceConfig
+    )
     exp = config(lr=2e-3, warmup=7, weight_decay=0.03).experiment()
     assert type(exp) is EmergenceConfig
     assert (exp.lr, exp.warmup, exp.weight_decay) == (2e-3, 7, 0.03)

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from figures.cli import main
-from figures.emergence_ca_plateau import FIGURE_ID, bias_halves, drop_step, median_length
-from simulate.emergence_models import CausalTransformer
-from simulate.emergence_tasks import (
+from figures.emergence.ca_plateau import FIGURE_ID, bias_halves, drop_step, median_length
+from simulate.emergence.models import CausalTransformer
+from simulate.emergence.tasks import (
     ca_bias_mass,
     ca_bias_mass_spec,
     ca_loss_floor,
@@ -52,8 +52,9 @@ def test_each_sequence_follows_its_own_periodic_table(K):
 
 def test_bias_puts_the_predicted_mass_on_the_neighbourhood():
     S, n, K, c = 6, 3, 2, 3.0
-    model = eqx.filter_jit(lambda k: CausalTransformer(K, n * S - 1, layers=1, heads=2,
-                                                       head_dim=4, key=k))(jax.random.PRNGKey(0))
+    model = eqx.filter_jit(
+        lambda k: CausalTransformer(K, n * S - 1, layers=1, heads=2, head_dim=4, key=k)
+    )(jax.random.PRNGKey(0))
     # zero query/key/value maps: every logit equal, so only the bias shapes the attention
     flat = eqx.tree_at(lambda m: m.qkv, model, [jnp.zeros_like(w) for w in model.qkv])
     B = ca_pattern(S, n)
@@ -92,9 +93,16 @@ def test_drop_step_is_halfway_from_plateau_to_floor():
     assert math.isnan(drop_step(steps, np.full(steps.shape, 0.6), 0.6, 0.1, 200))
 
 
-@pytest.mark.parametrize("argv", [["--sizes", "3"], ["--attention-bias", "0"],
-                                  ["--task", "linear_map"], ["--tokens", "10"],
-                                  ["--batch", "5"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--sizes", "3"],
+        ["--attention-bias", "0"],
+        ["--task", "linear_map"],
+        ["--tokens", "10"],
+        ["--batch", "5"],
+    ],
+)
 def test_bad_input_exits_2(tmp_path, argv):
     assert main(["figure", FIGURE_ID, "--out", str(tmp_path), *argv]) == 2
 

@@ -14,16 +14,16 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from figures.cli import main
-from figures.emergence_heads_vs_dim import matched_width, parameter_count
-from figures.emergence_linear_map import drop_window, pattern_recovery
-from figures.emergence_times import (
+from figures.emergence.heads_vs_dim import matched_width, parameter_count
+from figures.emergence.linear_map import drop_window, pattern_recovery
+from figures.emergence.times import (
     cdf,
     cell_survival,
     lottery_run_cdf,
     lottery_survival,
     run_times,
 )
-from simulate.emergence_training import EmergenceConfig, problem, task_data
+from simulate.emergence.training import EmergenceConfig, problem, task_data
 from simulate.store import load
 
 survivals = arrays(np.float64, 6, elements=st.floats(0, 1))
@@ -58,8 +58,11 @@ def test_lottery_of_exponential_times_halves_the_median():
 def test_matched_width_pairs_many_small_heads_first():
     configs = [(1, 4), (2, 4), (4, 4), (8, 4), (1, 8), (2, 8), (4, 8), (8, 8), (1, 32), (2, 16)]
     groups = matched_width(configs)
-    assert groups == {8: [(2, 4), (1, 8)], 16: [(4, 4), (2, 8)],
-                      32: [(8, 4), (4, 8), (2, 16), (1, 32)]}
+    assert groups == {
+        8: [(2, 4), (1, 8)],
+        16: [(4, 4), (2, 8)],
+        32: [(8, 4), (4, 8), (2, 16), (1, 32)],
+    }
     assert 4 not in groups and 64 not in groups  # held by one configuration only
 
 
@@ -97,13 +100,18 @@ def test_attention_block_observable_is_the_x1_to_x0_block():
     evals = task_data(cfg)[3]
     attn = np.asarray(jax.vmap(lambda x: model.logits_and_attention(x)[1])(evals[:, :-1]))
     # query S - 1 + i predicts cell i of x_1; keys 0 .. S - 1 are the cells of x_0
-    np.testing.assert_allclose(block, attn[:, 0, :, S - 1:2 * S - 1, :S].mean(0), atol=1e-6)
+    np.testing.assert_allclose(block, attn[:, 0, :, S - 1 : 2 * S - 1, :S].mean(0), atol=1e-6)
     np.testing.assert_allclose(block[:, 0].sum(-1), 1, atol=1e-5)  # x_1's first cell sees x_0 only
 
 
-@pytest.mark.parametrize("argv", [["emergence-heads-vs-dim", "--fixed-width", "30"],
-                                  ["emergence-heads-vs-dim", "--head-counts", "4"],
-                                  ["emergence-times", "--sizes", "2"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["emergence-heads-vs-dim", "--fixed-width", "30"],
+        ["emergence-heads-vs-dim", "--head-counts", "4"],
+        ["emergence-times", "--sizes", "2"],
+    ],
+)
 def test_bad_input_exits_2(tmp_path, argv):
     assert main(["figure", *argv, "--out", str(tmp_path)]) == 2
 

@@ -1,4 +1,4 @@
-"""theory.emergence: loss levels, search space, lottery model and bias mass (spec emergence.md §5)
+"""theory.emergence.levels: loss levels, search space, lottery model and bias mass (spec emergence.md §5)
 checked against the simulation code, sampled minima and softmax numerics."""
 
 import math
@@ -9,8 +9,8 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulate import emergence_tasks as tasks
-from theory import emergence as th
+from simulate.emergence import tasks
+from theory.emergence import levels as th
 
 
 @given(st.integers(2, 64), st.integers(2, 6))
@@ -35,10 +35,13 @@ def test_floor_is_the_loss_of_the_bayes_predictor_on_sampled_sequences():
     # Bayes predictor: x_0 tokens 1/2 each, later tokens the deterministic M x_{t-1}
     predicted = seqs[:, 1:]
     known = np.zeros_like(predicted, bool)
-    known[:, S - 1:] = True
-    expected = np.asarray((np.asarray(M) @ seqs[:, :-S].reshape(-1, n - 1, S).transpose(0, 2, 1)
-                           % 2).transpose(0, 2, 1).reshape(len(seqs), -1))
-    assert np.array_equal(predicted[:, S - 1:], expected)
+    known[:, S - 1 :] = True
+    expected = np.asarray(
+        (np.asarray(M) @ seqs[:, :-S].reshape(-1, n - 1, S).transpose(0, 2, 1) % 2)
+        .transpose(0, 2, 1)
+        .reshape(len(seqs), -1)
+    )
+    assert np.array_equal(predicted[:, S - 1 :], expected)
     loss = np.where(known, 0.0, math.log(2)).mean()
     assert math.isclose(loss, tasks.linear_map_floor(S, n), rel_tol=1e-12)
 

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from figures.incremental_dataset_size import best_so_far, early_stopping
-from figures.incremental_full import (
+from figures.incremental.dataset_size import best_so_far, early_stopping
+from figures.incremental.full import (
     block_labels,
     composite_rgb,
     kl_rise,
     nearest_rows,
     staircase_segments,
 )
-from simulate.markov_task import MarkovSetting
-from simulate.markov_training import lag_blocks
+from simulate.incremental.markov_task import MarkovSetting
+from simulate.incremental.markov_training import lag_blocks
 
 
 def test_block_labels_follow_the_lags_of_each_query():
@@ -32,8 +32,7 @@ def test_block_labels_follow_the_lags_of_each_query():
 
 
 def test_staircase_outlines_each_region():
-    labels = np.array([[0, 1, 1],
-                       [0, 0, 2]])
+    labels = np.array([[0, 1, 1], [0, 0, 2]])
     segs = staircase_segments(labels)
     assert sorted(segs) == [1, 2]
     assert segs[1].shape == (6, 2, 2) and segs[2].shape == (4, 2, 2)  # the perimeters
@@ -71,10 +70,8 @@ def test_kl_rise_rule():
 
 
 def test_best_so_far_is_a_running_minimum_skipping_nan():
-    excess = np.array([[0.5, 0.3, np.nan, 0.4, 0.2],
-                       [1.0, 1.1, 0.9, 0.95, 0.92]])
-    assert np.allclose(best_so_far(excess), [[0.5, 0.3, 0.3, 0.3, 0.2],
-                                             [1.0, 1.0, 0.9, 0.9, 0.9]])
+    excess = np.array([[0.5, 0.3, np.nan, 0.4, 0.2], [1.0, 1.1, 0.9, 0.95, 0.92]])
+    assert np.allclose(best_so_far(excess), [[0.5, 0.3, 0.3, 0.3, 0.2], [1.0, 1.0, 0.9, 0.9, 0.9]])
 
 
 def test_early_stopping_picks_the_closest_baseline_at_the_best_step():
@@ -86,11 +83,14 @@ def test_early_stopping_picks_the_closest_baseline_at_the_best_step():
     assert es["closest_context_at_best"] == 8 and es["stage_at_best"] == 2
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["figure", "incremental-dataset-size", "--sizes", "0", "300"], "sizes"),
-    (["figure", "incremental-full", "--map-steps", "-5"], "map_steps"),
-    (["figure", "incremental-full", "--lr", "-1"], "lr"),
-])
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["figure", "incremental-dataset-size", "--sizes", "0", "300"], "sizes"),
+        (["figure", "incremental-full", "--map-steps", "-5"], "map_steps"),
+        (["figure", "incremental-full", "--lr", "-1"], "lr"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, field, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -117,8 +117,10 @@ def test_incremental_full_quick_figure(tmp_path):
 
 @pytest.mark.slow
 def test_incremental_dataset_size_quick_figure(tmp_path):
-    assert main(["figure", "incremental-dataset-size", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["figure", "incremental-dataset-size", "--quick", "--quiet", "--out", str(tmp_path)])
+        == 0
+    )
     run_dir = tmp_path / "incremental-dataset-size"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (run_dir / "incremental-dataset-size.png").stat().st_size > 0

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from figures.incremental_importance import fitted_slope
-from figures.incremental_init_scale import stall_level
-from figures.incremental_minimal import composite, ideal_attention, ladder_check, nearest_steps
-from figures.incremental_timing_training import (
+from figures.incremental.importance import fitted_slope
+from figures.incremental.init_scale import stall_level
+from figures.incremental.minimal import composite, ideal_attention, ladder_check, nearest_steps
+from figures.incremental.timing_training import (
     calibration_point,
     positional_logits,
     stage_boundaries,
     time_factor,
 )
-from simulate.markov_task import MarkovSetting
-from simulate.markov_training import lag_blocks
+from simulate.incremental.markov_task import MarkovSetting
+from simulate.incremental.markov_training import lag_blocks
 
 
 def _summary(tmp_path, figure_id):
@@ -26,6 +26,7 @@ def _summary(tmp_path, figure_id):
 
 
 # ---- pure helpers ----------------------------------------------------------------------------
+
 
 def test_nearest_logged_steps():
     assert nearest_steps(np.arange(0, 1101, 10), [0, 148, 500, 1096]) == [0, 150, 500, 1100]
@@ -43,7 +44,7 @@ def test_ideal_attention_is_uniform_on_each_head_s_block():
 
 def test_composite_colours_one_channel_per_head():
     maps = np.zeros((3, 2, 2))
-    maps[0, 0, 0] = 0.5   # head 1 at full intensity (scale 0.5): red
+    maps[0, 0, 0] = 0.5  # head 1 at full intensity (scale 0.5): red
     maps[2, 1, 1] = 0.25  # head 3 at half intensity: blue-ish
     img = composite(maps, scale=0.5)
     assert img.shape == (2, 2, 3) and img.min() >= 0 and img.max() <= 1
@@ -54,15 +55,21 @@ def test_composite_colours_one_channel_per_head():
 def _ladder_kl(steps):
     """KL (step, 3) whose closest class is 1 before step 100, 2 until 200, 3 after; the KL to
     A*_1 bottoms out at step 50 and then rises."""
-    return np.stack([0.5 + np.abs(steps - 50) / 100, np.where(steps < 100, 1.2, 0.9),
-                     np.where(steps < 200, 2.0, 0.3)], axis=-1)
+    return np.stack(
+        [
+            0.5 + np.abs(steps - 50) / 100,
+            np.where(steps < 100, 1.2, 0.9),
+            np.where(steps < 200, 2.0, 0.3),
+        ],
+        axis=-1,
+    )
 
 
 def test_ladder_check_on_a_clean_ladder():
     steps = np.arange(0.0, 301.0, 10.0)
     kl = _ladder_kl(steps)
     assert list(np.argmin(kl, -1)[[0, 9, 10, 19, 21]] + 1) == [1, 1, 2, 2, 3]
-    from simulate.markov_training import ladder_steps
+    from simulate.incremental.markov_training import ladder_steps
 
     ladder = ladder_steps(steps, kl)
     assert ladder == [100.0, 200.0]
@@ -89,7 +96,7 @@ def test_ladder_check_fails_when_a_class_is_skipped_or_kl1_never_rises():
 
 def test_stage_boundaries_from_loss_midpoint_and_ladder():
     steps = np.arange(0.0, 101.0, 10.0)
-    loss = np.linspace(4.0, 1.0, steps.size)        # crosses (4 + 3) / 2 = 3.5 at step 16.7
+    loss = np.linspace(4.0, 1.0, steps.size)  # crosses (4 + 3) / 2 = 3.5 at step 16.7
     kl = np.tile([1.0, 2.0, 3.0], (steps.size, 1))
     kl[6:, 1] = 0.5
     kl[9:, 2] = 0.1
@@ -112,7 +119,7 @@ def test_positional_logits_are_the_last_query_s_attention_logits():
     import jax
     import jax.numpy as jnp
 
-    from simulate.minimal_transformer import init_minimal
+    from simulate.incremental.minimal_transformer import init_minimal
 
     d, L, H = 4, 7, 2
     model = init_minimal(jax.random.PRNGKey(0), H, d, L, 0.5, jnp.float64)
@@ -120,25 +127,28 @@ def test_positional_logits_are_the_last_query_s_attention_logits():
     model = type(model)(WQ, model.WV, d)
     theta = positional_logits(WQ, d)
     assert theta.shape == (H, L)
-    attn = np.asarray(model.attention(jnp.arange(L) % d))[0, :, L - 1]   # (H, keys)
+    attn = np.asarray(model.attention(jnp.arange(L) % d))[0, :, L - 1]  # (H, keys)
     np.testing.assert_allclose(attn[:, ::-1], jax.nn.softmax(theta, -1), rtol=1e-12)
 
 
 def test_fitted_slope_and_stall_level():
     ms = np.array([1.0, 1.3, 1.5, 1.7])
-    assert fitted_slope(ms, 40 * ms ** -2.0) == pytest.approx(-2.0)
+    assert fitted_slope(ms, 40 * ms**-2.0) == pytest.approx(-2.0)
     assert math.isnan(fitted_slope(ms, [math.nan, 10.0, math.nan, math.nan]))
     steps, loss = np.arange(0.0, 60.0, 10.0), np.array([4.0, 2.0, 1.7, 1.6, 1.0, 0.8])
     assert stall_level(steps, loss, 40.0) == 1.6
     assert math.isnan(stall_level(steps, loss, math.nan))
 
 
-@pytest.mark.parametrize(("argv", "field"), [
-    (["figure", "incremental-init-scale", "--scales", "-1e-3"], "scales"),
-    (["figure", "incremental-importance", "--ratios", "1.5"], "ratios"),
-    (["figure", "incremental-minimal", "--map-steps", "2000"], "map_steps"),
-    (["figure", "incremental-timing", "--train.q", "0"], "train.q"),
-])
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["figure", "incremental-init-scale", "--scales", "-1e-3"], "scales"),
+        (["figure", "incremental-importance", "--ratios", "1.5"], "ratios"),
+        (["figure", "incremental-minimal", "--map-steps", "2000"], "map_steps"),
+        (["figure", "incremental-timing", "--train.q", "0"], "train.q"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, field, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -147,10 +157,12 @@ def test_bad_input_is_one_line_and_exit_2(argv, field, capsys):
 
 # ---- quick figures ---------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_incremental_minimal_quick(tmp_path):
-    assert main(["figure", "incremental-minimal", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["figure", "incremental-minimal", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    )
     assert (tmp_path / "incremental-minimal" / "incremental-minimal.png").stat().st_size > 0
     s = _summary(tmp_path, "incremental-minimal")
     t1, t2, t3 = s["stage_boundaries"]
@@ -165,8 +177,10 @@ def test_incremental_minimal_quick(tmp_path):
 
 @pytest.mark.slow
 def test_incremental_init_scale_quick(tmp_path):
-    assert main(["figure", "incremental-init-scale", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["figure", "incremental-init-scale", "--quick", "--quiet", "--out", str(tmp_path)])
+        == 0
+    )
     assert (tmp_path / "incremental-init-scale" / "incremental-init-scale.png").stat().st_size > 0
     s = _summary(tmp_path, "incremental-init-scale")
     rows = {r["run"]: r for r in s["rows"]}
@@ -175,13 +189,17 @@ def test_incremental_init_scale_quick(tmp_path):
     assert sym["heads_identical"] and sym["max_head_asymmetry"] == 0.0
     # the exactly symmetric run stalls on the stage-1 plateau the asymmetric runs leave
     assert all(math.isnan(float(t)) for t in sym["ladder_steps"])
-    assert sym["final_val_loss"] > s["yardstick_losses"]["A*_1:2"] > rows["q=1e-09"]["final_val_loss"]
+    assert (
+        sym["final_val_loss"] > s["yardstick_losses"]["A*_1:2"] > rows["q=1e-09"]["final_val_loss"]
+    )
 
 
 @pytest.mark.slow
 def test_incremental_importance_quick(tmp_path):
-    assert main(["figure", "incremental-importance", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["figure", "incremental-importance", "--quick", "--quiet", "--out", str(tmp_path)])
+        == 0
+    )
     assert (tmp_path / "incremental-importance" / "incremental-importance.png").stat().st_size > 0
     s = _summary(tmp_path, "incremental-importance")
     assert [r["m"] for r in s["rows"]] == [1.0, 1.3, 1.5, 1.7]
@@ -191,8 +209,7 @@ def test_incremental_importance_quick(tmp_path):
 
 @pytest.mark.slow
 def test_incremental_timing_training_half_quick(tmp_path):
-    assert main(["figure", "incremental-timing", "--quick", "--quiet", "--out",
-                 str(tmp_path)]) == 0
+    assert main(["figure", "incremental-timing", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
     part = _summary(tmp_path, "incremental-timing")["training"]
     assert part["calibration_point"] == {"q": 1e-7, "m": 1.7}
     assert part["steps_per_ode_time"] > 0

@@ -1,6 +1,6 @@
-"""Tests of the focus-dilution theory (spec ``focus_dilution.md`` §3-5): theory.focus_dilution,
-theory.focus_dilution_stages, theory.focus_dilution_manifold (the reduced flow is integrated by
-simulate.focus_dilution_flow). Each [derived] statement of the spec is checked here; the verdicts
+"""Tests of the focus-dilution theory (spec ``focus_dilution.md`` §3-5): theory.focus_dilution.population,
+theory.focus_dilution.stages, theory.focus_dilution.manifold (the reduced flow is integrated by
+simulate.focus_dilution.flow). Each [derived] statement of the spec is checked here; the verdicts
 are recorded in docs/focus_dilution_verification.md."""
 
 import math
@@ -13,12 +13,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
-from simulate.focus_dilution_flow import (
+from simulate.focus_dilution.flow import (
     manifold_trajectory,
     stage_four_point,
     symmetry_breaking_slope,
 )
-from theory.focus_dilution import (
+from theory.focus_dilution.manifold import (
+    manifold_field,
+    manifold_flow,
+    manifold_parameters,
+    predicted_stage_times,
+    redistribution_coordinate,
+    redistribution_response,
+    split_state,
+    symmetric_pi,
+    transverse_coupling,
+    transverse_rates,
+)
+from theory.focus_dilution.population import (
     Parameters,
     attention,
     complex_step_jacobian,
@@ -34,19 +46,7 @@ from theory.focus_dilution import (
     reversible_transition,
     transition_matrix,
 )
-from theory.focus_dilution_manifold import (
-    manifold_field,
-    manifold_flow,
-    manifold_parameters,
-    predicted_stage_times,
-    redistribution_coordinate,
-    redistribution_response,
-    split_state,
-    symmetric_pi,
-    transverse_coupling,
-    transverse_rates,
-)
-from theory.focus_dilution_stages import (
+from theory.focus_dilution.stages import (
     attention_block_spectrum,
     condensation_directions,
     cov_pi,
@@ -135,14 +135,16 @@ def test_closed_form_gradients_equal_sympy_derivatives(seed, lam):
     args = (*pi, *P.ravel(), *M.ravel(), *Phi.ravel())
     G_M, G_Phi = population_gradients(M, Phi, pi, P)
     assert population_loss(M, Phi, pi, P) == pytest.approx(loss_fn(*args), rel=1e-12)
-    np.testing.assert_allclose(np.concatenate([G_M.ravel(), G_Phi.ravel()]), grad_fn(*args),
-                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        np.concatenate([G_M.ravel(), G_Phi.ravel()]), grad_fn(*args), rtol=1e-9, atol=1e-12
+    )
     # spec §3.4 entrywise form: G_Phi[q, k] = pi_q p_q(k) (M_k - z_q) . (S_q - P_q)
     A = attention(pi, Phi)
     Z = A @ M
     S = np.exp(Z) / np.exp(Z).sum(axis=1, keepdims=True)
-    entrywise = [[pi[q] * A[q, k] * (M[k] - Z[q]) @ (S[q] - P[q]) for k in range(d)]
-                 for q in range(d)]
+    entrywise = [
+        [pi[q] * A[q, k] * (M[k] - Z[q]) @ (S[q] - P[q]) for k in range(d)] for q in range(d)
+    ]
     np.testing.assert_allclose(G_Phi, entrywise, atol=1e-13)
 
 
@@ -198,8 +200,12 @@ def test_residual_path_would_break_rank_one_condensation():
 def test_parameter_gradients_equal_sympy_chain_rule():
     d, m, m_k = 3, 2, 1
     rng = np.random.default_rng(3)
-    theta_sym = Parameters(*(sp.Matrix(r, c, sp.symbols(f"{n}0:{r * c}"))
-                             for n, (r, c) in zip("abcd", ((d, m), (m, m_k), (m, m_k), (m, d)))))
+    theta_sym = Parameters(
+        *(
+            sp.Matrix(r, c, sp.symbols(f"{n}0:{r * c}"))
+            for n, (r, c) in zip("abcd", ((d, m), (m, m_k), (m, m_k), (m, d)))
+        )
+    )
     pi = np.array([0.5, 0.3, 0.2])
     P = transition_matrix(pi, 0.4)
     loss = parameter_loss_expr(theta_sym, sp.Matrix(pi), sp.Matrix(P))
@@ -218,13 +224,18 @@ def test_origin_gradients_symbolic():
     M = sp.Matrix(d, d, sp.symbols(f"M0:{d * d}"))
     Phi = sp.Matrix(d, d, sp.symbols(f"F0:{d * d}"))
     loss = population_loss_expr(M, Phi, pi, transition_matrix(pi, lam))
-    origin = {s: 0 for s in (*M, *Phi)}
+    origin = dict.fromkeys((*M, *Phi), 0)
     G_M = M.applyfunc(lambda s: sp.diff(loss, s).xreplace(origin))
     G_Phi = Phi.applyfunc(lambda s: sp.diff(loss, s).xreplace(origin))
     assert sp.simplify(G_M - origin_gradient(pi)) == sp.zeros(d, d)
     assert sp.simplify(G_Phi) == sp.zeros(d, d)
-    assert sp.simplify(population_loss_expr(sp.zeros(d, d), sp.zeros(d, d), pi,
-                                            transition_matrix(pi, lam)) - sp.log(d)) == 0
+    assert (
+        sp.simplify(
+            population_loss_expr(sp.zeros(d, d), sp.zeros(d, d), pi, transition_matrix(pi, lam))
+            - sp.log(d)
+        )
+        == 0
+    )
 
 
 @FAST
@@ -310,10 +321,10 @@ def test_stage_two_attention_gradient_and_rate(seed, lam):
     M = np.outer(point.gamma, point.beta)
     for P in (transition_matrix(pi, lam), _random_reversible(pi, seed)):
         _, G_Phi = population_gradients(M, np.zeros((D, D)), pi, P)
-        np.testing.assert_allclose(stage_two_attention_gradient(point.gamma, point.beta, pi, P),
-                                   G_Phi, atol=1e-14)
-        assert stage_two_rate(pi, P) == pytest.approx(-point.gamma @ G_Phi @ point.gamma,
-                                                      rel=1e-10)
+        np.testing.assert_allclose(
+            stage_two_attention_gradient(point.gamma, point.beta, pi, P), G_Phi, atol=1e-14
+        )
+        assert stage_two_rate(pi, P) == pytest.approx(-point.gamma @ G_Phi @ point.gamma, rel=1e-10)
     c = stage_two_rate(pi, transition_matrix(pi, lam))
     assert c == pytest.approx(stage_two_rate_closed_form(pi, lam), rel=1e-10)
     assert c > 0
@@ -338,7 +349,7 @@ def test_stage_two_rate_closed_form_symbolic():
     P = transition_matrix(pi, lam)
     point = second_critical_point(pi)
     G_Phi = stage_two_attention_gradient(point.gamma, point.beta, pi, P)
-    c = (-(point.gamma.T * G_Phi * point.gamma)[0])
+    c = -(point.gamma.T * G_Phi * point.gamma)[0]
     assert sp.simplify(c - stage_two_rate(pi, P)) == 0
     assert sp.simplify(c - stage_two_rate_closed_form(pi, lam)) == 0
 
@@ -353,7 +364,8 @@ def test_symmetric_family_rates():
             point = {p1: pi_1, d: dim, lam: la}
             assert float(sigma.subs(point)) == pytest.approx(stage_one_rate(pi), rel=1e-12)
             assert float(c.subs(point)) == pytest.approx(
-                stage_two_rate(pi, transition_matrix(pi, la)), rel=1e-10)
+                stage_two_rate(pi, transition_matrix(pi, la)), rel=1e-10
+            )
 
 
 def test_stage_two_rate_can_be_negative_for_a_general_chain():
@@ -374,8 +386,9 @@ def test_jacobian_at_second_point_splits_into_nsd_and_plus_minus_c_blocks(seed, 
     assert np.max(np.abs(blocks.cross)) == 0.0
     np.testing.assert_allclose(blocks.outer, blocks.outer.T, atol=1e-12)
     assert np.max(np.linalg.eigvalsh(blocks.outer)) < 1e-12
-    np.testing.assert_allclose(np.linalg.eigvalsh(blocks.attention),
-                               attention_block_spectrum(c, M_WIDTH, MK), atol=1e-12)
+    np.testing.assert_allclose(
+        np.linalg.eigvalsh(blocks.attention), attention_block_spectrum(c, M_WIDTH, MK), atol=1e-12
+    )
 
 
 # --- the rank-one manifold and redistribution (spec §5.4) ---------------------------------------------------
@@ -417,8 +430,7 @@ def test_off_manifold_linearisation_is_the_transverse_coupling(seed, lam):
     P = transition_matrix(pi, lam)
     x = _manifold_point(seed)
     theta = manifold_parameters(x, M_WIDTH, MK)
-    J = complex_step_jacobian(lambda y: parameter_field(y, pi, P, D, M_WIDTH, MK),
-                              theta.flatten())
+    J = complex_step_jacobian(lambda y: parameter_field(y, pi, P, D, M_WIDTH, MK), theta.flatten())
     B = transverse_coupling(x, pi, P)
     expected = np.block([[np.zeros((D, D)), -B], [-B.T, np.zeros((D + 2, D + 2))]])
     off_q, off_k = D * M_WIDTH, D * M_WIDTH + M_WIDTH * MK
@@ -483,8 +495,9 @@ def test_dilution_along_the_default_trajectory():
     H_q = -np.sum(A_end * np.log(A_end), axis=1)
     assert np.all(H_q[1:] > entropy(pi))
     early = next(x for x in xs if 1e-3 < x[-2] * x[-1])  # focus first: every query gains token 0
-    assert np.all(attention(pi, early[-2] * early[-1] * np.outer(early[:D], early[:D]))[:, 0]
-                  > pi[0])
+    assert np.all(
+        attention(pi, early[-2] * early[-1] * np.outer(early[:D], early[:D]))[:, 0] > pi[0]
+    )
     mass = [pi @ attention(pi, x[-2] * x[-1] * np.outer(x[:D], x[:D]))[:, 0] for x in xs]
     assert max(mass) > mass[-1] + 0.03 and mass[-1] > pi[0]
 
@@ -492,8 +505,7 @@ def test_dilution_along_the_default_trajectory():
 # --- Stage IV (spec §5.5) -----------------------------------------------------------------------------------
 def _embedded_spectrum(point, pi, P):
     theta = manifold_parameters(point.state, M_WIDTH, MK)
-    J = complex_step_jacobian(lambda y: parameter_field(y, pi, P, D, M_WIDTH, MK),
-                              theta.flatten())
+    J = complex_step_jacobian(lambda y: parameter_field(y, pi, P, D, M_WIDTH, MK), theta.flatten())
     return np.sort(np.linalg.eigvals(J).real)
 
 
@@ -544,15 +556,17 @@ def test_asymmetry_opens_a_transverse_mode_linear_in_delta(pi_1, lam):
         point = stage_four_point(pi, P)
         spectrum = _embedded_spectrum(point, pi, P)
         # top eigenvalue = ||G_M||_2 with multiplicity m - 1; G_Phi = 0; new direction _|_ gamma
-        np.testing.assert_allclose(spectrum[-(M_WIDTH - 1):], point.transverse_rate, rtol=1e-6)
+        np.testing.assert_allclose(spectrum[-(M_WIDTH - 1) :], point.transverse_rate, rtol=1e-6)
         assert point.tangential_rate < 1e-10 < point.transverse_rate
         assert np.max(np.abs(point.G_Phi)) < 1e-12
         assert abs(point.direction @ split_state(point.state)[0]) < 1e-8
         rates.append(point.transverse_rate)
     # Theta(delta), not O(delta^2): rate(2 delta)/rate(delta) -> 2, the excess shrinking with delta
     # (the rate is odd in delta, so the excess is O(delta^2); it reaches 0.05 at delta = 1e-3)
-    small = [stage_four_point(pi, transition_matrix(pi, lam)).transverse_rate
-             for pi in (symmetric_pi(pi_1, D, dl) for dl in (delta / 10, delta / 5))]
+    small = [
+        stage_four_point(pi, transition_matrix(pi, lam)).transverse_rate
+        for pi in (symmetric_pi(pi_1, D, dl) for dl in (delta / 10, delta / 5))
+    ]
     assert small[1] / small[0] == pytest.approx(2.0, abs=0.01)
     assert abs(small[1] / small[0] - 2) < abs(rates[1] / rates[0] - 2) / 10
     k_delta = symmetry_breaking_slope(pi_1, D, lam, delta=2 * delta)
@@ -562,9 +576,16 @@ def test_asymmetry_opens_a_transverse_mode_linear_in_delta(pi_1, lam):
 # --- predicted stage times against the full-parameter flow (spec §5.1-5.3, §5.5) ----------------------------
 def _full_flow(pi, P, eps, t_end, events=(), t_eval=None, seed=0):
     theta = Parameters.random(np.random.default_rng(seed), D, M_WIDTH, MK, eps)
-    return solve_ivp(lambda t, x: parameter_field(x, pi, P, D, M_WIDTH, MK), (0, t_end),
-                     theta.flatten(), method="LSODA", rtol=1e-9, atol=1e-14, events=list(events),
-                     t_eval=t_eval)
+    return solve_ivp(
+        lambda t, x: parameter_field(x, pi, P, D, M_WIDTH, MK),
+        (0, t_end),
+        theta.flatten(),
+        method="LSODA",
+        rtol=1e-9,
+        atol=1e-14,
+        events=list(events),
+        t_eval=t_eval,
+    )
 
 
 def test_stage_onsets_shift_by_the_predicted_slopes_in_log_eps():
@@ -597,8 +618,10 @@ def test_full_flow_escapes_the_stage_four_point_at_the_predicted_rate():
         P = transition_matrix(pi, 0.5)
         point = stage_four_point(pi, P)
         sol = _full_flow(pi, P, 1e-3, ts[-1], t_eval=ts)
-        s2 = [np.linalg.svd(Parameters.unflatten(x, D, M_WIDTH, MK).W0, compute_uv=False)[1]
-              for x in sol.y.T]
+        s2 = [
+            np.linalg.svd(Parameters.unflatten(x, D, M_WIDTH, MK).W0, compute_uv=False)[1]
+            for x in sol.y.T
+        ]
         slope = np.polyfit(ts[60:], np.log(s2[60:]), 1)[0]
         if delta == 0.0:  # stall: the second embedding direction neither grows nor decays
             assert abs(slope) < 1e-6
@@ -613,8 +636,9 @@ def test_full_flow_at_the_default_pi_leaves_rank_one_at_mu_iv():
     pi, P = PI_DEFAULT, transition_matrix(PI_DEFAULT, 0.5)
     ts = np.linspace(220.0, 320.0, 11)
     sol = _full_flow(pi, P, 1e-3, ts[-1], t_eval=ts, seed=1)
-    s2 = [np.linalg.svd(Parameters.unflatten(x, D, M_WIDTH, MK).W0, compute_uv=False)[1]
-          for x in sol.y.T]
+    s2 = [
+        np.linalg.svd(Parameters.unflatten(x, D, M_WIDTH, MK).W0, compute_uv=False)[1]
+        for x in sol.y.T
+    ]
     slope = np.polyfit(ts, np.log(s2), 1)[0]
     assert slope == pytest.approx(stage_four_point(pi, P).rate, rel=0.03)
-

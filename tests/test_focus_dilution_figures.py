@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from figures.focus_dilution_common import measured_plateau, plateaus
-from figures.focus_dilution_embedding_pca import principal_components
-from figures.focus_dilution_entropy_cycles import turning_points
-from figures.focus_dilution_text import focus_phases
-from simulate.text_corpus import bundled_text
+from figures.focus_dilution.common import measured_plateau, plateaus
+from figures.focus_dilution.embedding_pca import principal_components
+from figures.focus_dilution.entropy_cycles import turning_points
+from figures.focus_dilution.text import focus_phases
+from simulate.focus_dilution.text_corpus import bundled_text
 
 
 def _run(tmp_path, *args) -> dict:
@@ -40,8 +40,16 @@ def test_turning_points_follow_a_zig_zag_with_prominence():
 
 
 def test_focus_phases_are_maximal_runs_of_one_dominant_key():
-    mass = np.array([[0.3, 0.3, 0.4], [0.7, 0.2, 0.1], [0.8, 0.1, 0.1], [0.2, 0.1, 0.7],
-                     [0.4, 0.3, 0.3], [0.9, 0.05, 0.05]])
+    mass = np.array(
+        [
+            [0.3, 0.3, 0.4],
+            [0.7, 0.2, 0.1],
+            [0.8, 0.1, 0.1],
+            [0.2, 0.1, 0.7],
+            [0.4, 0.3, 0.3],
+            [0.9, 0.05, 0.05],
+        ]
+    )
     phases = focus_phases(mass, ["a", "b", "c"], np.arange(6) * 10)
     assert phases == [(10, 20, "a"), (30, 30, "c"), (50, 50, "a")]
 
@@ -50,7 +58,8 @@ def test_principal_components_of_rows_pooled_over_time():
     rng = np.random.default_rng(0)
     direction = np.array([1.0, 2.0, 0.0, 0.0]) / math.sqrt(5)
     rows = np.einsum("tk,w->tkw", rng.normal(size=(50, 3)), direction) + 1e-3 * rng.normal(
-        size=(50, 3, 4))
+        size=(50, 3, 4)
+    )
     scores, ratios, comps, _ = principal_components(rows, k=2)
     assert ratios[0] > 0.999 and abs(comps[0] @ direction) == pytest.approx(1, abs=1e-4)
     assert scores.shape == (50, 3, 2)
@@ -83,8 +92,8 @@ def test_stages_figure(tmp_path):
     on = np.asarray(s["onsets_per_seed"], float)
     assert np.all(np.isfinite(on)) and all(s["stage_order_ok"])
     levels = np.asarray(s["plateaus_per_seed"], float)
-    np.testing.assert_allclose(levels[:, 1], pred["H_pi"], rtol=0.01)   # unigram plateau
-    np.testing.assert_allclose(levels[:, 2], pred["L_IV"], rtol=0.01)   # Stage-IV rest point
+    np.testing.assert_allclose(levels[:, 1], pred["H_pi"], rtol=0.01)  # unigram plateau
+    np.testing.assert_allclose(levels[:, 2], pred["L_IV"], rtol=0.01)  # Stage-IV rest point
     for r in s["rates_per_seed"]:
         assert _f(r["c"]) == pytest.approx(pred["c"], rel=0.05)
         assert _f(r["mu_IV"]) == pytest.approx(pred["mu_IV"], rel=0.06)
@@ -125,8 +134,10 @@ def test_same_pi_figure(tmp_path):
     assert all(r["four_stages_in_order"] for r in rows)
     assert s["stage_one_spread"] < 0.01 * rows[0]["predicted_onsets"][0]  # sigma from pi only
     by_c = sorted(rows, key=lambda r: r["c_P"])
-    assert all(_f(a["measured_onsets"][1]) > _f(b["measured_onsets"][1])
-               for a, b in itertools.pairwise(by_c))  # larger c_P: earlier Stage II
+    assert all(
+        _f(a["measured_onsets"][1]) > _f(b["measured_onsets"][1])
+        for a, b in itertools.pairwise(by_c)
+    )  # larger c_P: earlier Stage II
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Tests of the focus-dilution simulations (spec ``focus_dilution.md`` §3-6): the JAX population
-loss and its gradient flow (simulate.focus_dilution_flow), the finite-sample model
-(simulate.focus_dilution_training) and the text corpus (simulate.text_corpus)."""
+loss and its gradient flow (simulate.focus_dilution.flow), the finite-sample model
+(simulate.focus_dilution.training) and the text corpus (simulate.focus_dilution.text_corpus)."""
 
 import math
 from functools import cache
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
-from simulate import focus_dilution_training as training
-from simulate.focus_dilution_flow import (
+from simulate.focus_dilution import training
+from simulate.focus_dilution.flow import (
     fit_rate,
     flow_field,
     initial_batch,
@@ -28,16 +28,23 @@ from simulate.focus_dilution_flow import (
     stage_onsets,
     time_grid,
 )
-from simulate.text_corpus import NEWLINE, UNKNOWN, build_corpus, bundled_text, load_corpus, tokenize
-from theory import focus_dilution_manifold as manifold
-from theory.focus_dilution import (
+from simulate.focus_dilution.text_corpus import (
+    NEWLINE,
+    UNKNOWN,
+    build_corpus,
+    bundled_text,
+    load_corpus,
+    tokenize,
+)
+from theory.focus_dilution import manifold
+from theory.focus_dilution.population import (
     Parameters,
     parameter_gradients,
     parameter_loss,
     reversible_transition,
     transition_matrix,
 )
-from theory.focus_dilution_stages import (
+from theory.focus_dilution.stages import (
     entropy,
     second_critical_point,
     stage_one_rate,
@@ -79,7 +86,8 @@ def test_closed_form_gradients_equal_jax_grad_of_the_population_loss(seed, lam, 
     for a, b in zip(closed, auto):
         np.testing.assert_allclose(np.asarray(b), a, rtol=1e-9, atol=1e-12)
     assert float(population_loss(_as_jax(theta), pi, P, qk_scale)) == pytest.approx(
-        parameter_loss(theta, pi, P, qk_scale), rel=1e-12)
+        parameter_loss(theta, pi, P, qk_scale), rel=1e-12
+    )
     field = flow_field(_as_jax(theta), jnp.asarray(pi), jnp.asarray(P), qk_scale)
     np.testing.assert_allclose(np.asarray(field.W0), -closed.W0, rtol=1e-9, atol=1e-12)
 
@@ -89,9 +97,12 @@ def test_closed_form_gradients_equal_jax_grad_of_the_population_loss(seed, lam, 
 def test_manifold_field_equals_the_theory_field(seed, lam):
     pi, P = _chain(seed, lam)
     x = np.random.default_rng(seed).normal(size=2 * D + 2)
-    np.testing.assert_allclose(np.asarray(manifold_field(jnp.asarray(x), jnp.asarray(pi),
-                                                         jnp.asarray(P))),
-                               manifold.manifold_field(x, pi, P), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(manifold_field(jnp.asarray(x), jnp.asarray(pi), jnp.asarray(P))),
+        manifold.manifold_field(x, pi, P),
+        rtol=1e-9,
+        atol=1e-12,
+    )
 
 
 def test_manifold_trajectory_agrees_with_scipy():
@@ -99,9 +110,15 @@ def test_manifold_trajectory_agrees_with_scipy():
     P = transition_matrix(PI, 0.5)
     ts, xs = manifold_trajectory(PI, P, kappa_seed=1e-3, t_end=200.0, rest_tol=0.0)
     assert ts[-1] == pytest.approx(200.0)
-    ref = solve_ivp(lambda t, x: manifold.manifold_field(x, PI, P), (0, 200.0),
-                    manifold.second_point_state(PI, 1e-3), method="DOP853", rtol=1e-11,
-                    atol=1e-13, t_eval=ts[::50])
+    ref = solve_ivp(
+        lambda t, x: manifold.manifold_field(x, PI, P),
+        (0, 200.0),
+        manifold.second_point_state(PI, 1e-3),
+        method="DOP853",
+        rtol=1e-11,
+        atol=1e-13,
+        t_eval=ts[::50],
+    )
     np.testing.assert_allclose(xs[::50], ref.y.T, rtol=1e-6, atol=1e-8)
 
 
@@ -152,8 +169,7 @@ def test_stage_onsets_follow_the_predicted_slopes_in_log_eps():
     slope_I = (onsets[1, 0] - onsets[0, 0]) / dL
     slope_II = (onsets[1, 1] - onsets[0, 1]) / dL
     assert slope_I == pytest.approx(1 / stage_one_rate(PI), rel=0.10)
-    assert slope_II == pytest.approx(1 / stage_one_rate(PI) + 1 / stage_two_rate(PI, P),
-                                     rel=0.10)
+    assert slope_II == pytest.approx(1 / stage_one_rate(PI) + 1 / stage_two_rate(PI, P), rel=0.10)
 
 
 def test_initial_parameters_scale_with_eps_along_one_direction():
@@ -170,11 +186,11 @@ def test_delta_zero_flow_stalls_on_the_manifold_and_delta_escapes_at_mu_iv():
     runs = []
     for delta in (0.0, 0.04):
         pi = manifold.symmetric_pi(0.7, D, delta)
-        runs.append((pi, transition_matrix(pi, 0.5), stage_four_point(pi, transition_matrix(
-            pi, 0.5))))
+        runs.append(
+            (pi, transition_matrix(pi, 0.5), stage_four_point(pi, transition_matrix(pi, 0.5)))
+        )
     grids = [time_grid(3000.0, 1200, t_dense=300.0), time_grid(1500.0, 1200, t_dense=300.0)]
-    data = solve_flow([r[0] for r in runs], [r[1] for r in runs], 1e-3, [0, 0], grids, m=M,
-                      m_k=MK)
+    data = solve_flow([r[0] for r in runs], [r[1] for r in runs], 1e-3, [0, 0], grids, m=M, m_k=MK)
     stall = data.isel(run=0)
     ts, s2 = stall["time"].values, stall["sv_W0"].values[:, 1]
     late = ts > 1500
@@ -236,8 +252,9 @@ def test_finite_context_model_is_the_softmax_over_positions():
     np.testing.assert_allclose(np.asarray(logits), _explicit_logits(theta, X, 0.5), rtol=1e-10)
     np.testing.assert_allclose(np.asarray(attention).sum(-1), 1.0)
     # the population formula with the context histogram in place of pi (spec §3.3)
-    from theory.focus_dilution import attention as pop_attention
-    from theory.focus_dilution import parameter_maps
+    from theory.focus_dilution.population import attention as pop_attention
+    from theory.focus_dilution.population import parameter_maps
+
     M_, Phi = parameter_maps(theta, 0.5)
     for x, z in zip(np.asarray(X), np.asarray(logits)):
         hist = np.bincount(x, minlength=D) / x.size
@@ -255,8 +272,9 @@ def test_empirical_loss_tends_to_the_population_loss_with_the_context_length():
     pop = parameter_loss(theta, PI, P)
     gaps = []
     for s in (8, 128):
-        seqs = training.sample_chain(jax.random.PRNGKey(s), jnp.asarray(PI), jnp.asarray(P),
-                                     20000, s)
+        seqs = training.sample_chain(
+            jax.random.PRNGKey(s), jnp.asarray(PI), jnp.asarray(P), 20000, s
+        )
         logits, _ = training.last_token_logits(_as_jax(theta), seqs)
         # labels averaged exactly over P[x_s] and queries weighted by pi exactly: what is left
         # is the finite-context effect and the contexts' sampling noise
@@ -270,8 +288,9 @@ def test_empirical_loss_tends_to_the_population_loss_with_the_context_length():
 
 def test_sampled_chain_has_stationary_marginals_and_repeat_rate():
     P = transition_matrix(PI, 0.5)
-    seqs = np.asarray(training.sample_chain(jax.random.PRNGKey(0), jnp.asarray(PI),
-                                            jnp.asarray(P), 4000, 50))
+    seqs = np.asarray(
+        training.sample_chain(jax.random.PRNGKey(0), jnp.asarray(PI), jnp.asarray(P), 4000, 50)
+    )
     freq = np.bincount(seqs.ravel(), minlength=D) / seqs.size
     np.testing.assert_allclose(freq, PI, atol=0.01)
     repeats = np.mean(seqs[:, 1:] == seqs[:, :-1])
@@ -279,11 +298,22 @@ def test_sampled_chain_has_stationary_marginals_and_repeat_rate():
 
 
 def test_training_run_through_the_store(tmp_path):
-    cfg = training.FocusDilutionConfig(context=16, train_size=64, steps=40, log_every=10,
-                                       chunk=20, seeds=2, lr=0.2, init_scale=0.1,
-                                       validation=64, quiet=True, out=tmp_path / "run")
+    cfg = training.FocusDilutionConfig(
+        context=16,
+        train_size=64,
+        steps=40,
+        log_every=10,
+        chunk=20,
+        seeds=2,
+        lr=0.2,
+        init_scale=0.1,
+        validation=64,
+        quiet=True,
+        out=tmp_path / "run",
+    )
     path = training.run(cfg)
     from simulate.store import load
+
     ds, config = load(path)
     assert config["experiment"] == "focus-dilution"
     assert ds.sizes["seed"] == 2 and ds.sizes["step"] == 5
@@ -305,8 +335,20 @@ def test_bad_training_config_fails_with_one_line():
 # --- text corpus ---------------------------------------------------------------------------------
 def test_tokenizer_and_truncated_vocabulary():
     tokens = tokenize("The cat's hat, the CAT.\n\nA 42 dogs!")
-    assert tokens == ["the", "cat's", "hat", ",", "the", "cat", ".", NEWLINE, "a", "42", "dogs",
-                      "!"]
+    assert tokens == [
+        "the",
+        "cat's",
+        "hat",
+        ",",
+        "the",
+        "cat",
+        ".",
+        NEWLINE,
+        "a",
+        "42",
+        "dogs",
+        "!",
+    ]
     corpus = build_corpus(tokens, 4, "test")
     assert corpus.types[0] == UNKNOWN and corpus.types[1] == "the"
     assert corpus.vocab == 4 and corpus.ids.size == len(tokens)

@@ -49,7 +49,9 @@ def test_zero_or_relatively_tiny_real_part_is_degenerate(mags, sign):
     tiny = 1e-12 * max(1.0, float(np.max(np.abs(spec))))
     assert classify_spectrum(np.append(spec, sign * tiny)) is FixedPointKind.DEGENERATE
     # ... but a purely imaginary pair (centre) is degenerate too
-    assert classify_spectrum(np.append(spec.astype(complex), [2j, -2j])) is FixedPointKind.DEGENERATE
+    assert (
+        classify_spectrum(np.append(spec.astype(complex), [2j, -2j])) is FixedPointKind.DEGENERATE
+    )
 
 
 def test_complex_pairs_classified_by_real_part():
@@ -126,7 +128,7 @@ def test_quadratic_flow_field_and_jacobian(seed):
     assert pre.classify(point) is FixedPointKind.SINK
     # a saddle when the loss is indefinite
     saddle = GradientFlow(x, x[0] ** 2 - x[1] ** 2 + x[2] ** 2)
-    assert saddle.classify({xi: 0 for xi in x}) is FixedPointKind.SADDLE
+    assert saddle.classify(dict.fromkeys(x, 0)) is FixedPointKind.SADDLE
 
 
 def test_spectrum_at_is_taken_on_the_tangent_space_of_the_invariants():
@@ -156,8 +158,9 @@ def test_spectrum_at_is_taken_on_the_tangent_space_of_the_invariants():
     np.testing.assert_allclose(np.sort(tangent.real), nonzero, rtol=1e-10)
     # expected from first principles: eigenvalues of -B^T P A B = -B^T A B
     Af = np.array(A.tolist(), dtype=float)
-    np.testing.assert_allclose(np.sort(tangent.real), np.sort(np.linalg.eigvalsh(-B.T @ Af @ B)),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        np.sort(tangent.real), np.sort(np.linalg.eigvalsh(-B.T @ Af @ B)), rtol=1e-10
+    )
     assert flow.classify(point) is FixedPointKind.SINK
 
 
@@ -172,8 +175,9 @@ def test_simplex_metric_is_softmax_jacobian_power():
     vals = {th[0]: 0.3, th[1]: -1.1, th[2]: 0.7}
     dsoft = np.array(soft.jacobian(sp.Matrix(th)).xreplace(vals).evalf().tolist(), dtype=float)
     sv = dict(zip(s, [float(e) for e in soft.xreplace(vals).evalf()]))
-    np.testing.assert_allclose(np.array(simplex_metric(s).xreplace(sv).tolist(), dtype=float),
-                               dsoft, atol=1e-14)
+    np.testing.assert_allclose(
+        np.array(simplex_metric(s).xreplace(sv).tolist(), dtype=float), dsoft, atol=1e-14
+    )
 
 
 def test_latex_has_one_row_per_coordinate():

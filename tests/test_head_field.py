@@ -1,4 +1,4 @@
-"""Tests of simulate.head_field: the JAX field against the symbolic HeadSystem, and flow properties."""
+"""Tests of simulate.incremental.head_field: the JAX field against the symbolic HeadSystem, and flow properties."""
 
 from dataclasses import replace
 from functools import cache
@@ -11,9 +11,9 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulate.head_field import entry_losses, logit_field, loss, residual, vs_field
-from simulate.head_ode import solve
-from theory.heads import METRIC_POWER, METRICS, HeadSetting, HeadSystem, field_jacobian
+from simulate.incremental.head_field import entry_losses, logit_field, loss, residual, vs_field
+from simulate.incremental.head_ode import solve
+from theory.incremental.heads import METRIC_POWER, METRICS, HeadSetting, HeadSystem, field_jacobian
 
 SETTINGS = settings(max_examples=15, deadline=None)
 SHAPE = HeadSetting(heads=2, blocks=(1, 2), window=5)
@@ -53,7 +53,7 @@ def test_vs_field_equals_symbolic_field(metric, seed):
     dv, ds = vs_field(jnp.asarray(G), jnp.asarray(v), jnp.asarray(s), METRIC_POWER[metric])
     sym = np.asarray(_symbolic_field(metric)(m, alpha, v.ravel(), s.ravel()), float).ravel()
     np.testing.assert_allclose(np.asarray(dv).ravel(), sym[: H * h], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(ds).ravel(), sym[H * h:], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(ds).ravel(), sym[H * h :], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -88,7 +88,7 @@ def test_vs_field_jacobian_equals_field_jacobian(metric, seed):
     power = METRIC_POWER[metric]
 
     def flat(x):
-        dv, ds = vs_field(jnp.asarray(G), x[: H * h].reshape(H, h), x[H * h:].reshape(H, T), power)
+        dv, ds = vs_field(jnp.asarray(G), x[: H * h].reshape(H, h), x[H * h :].reshape(H, T), power)
         return jnp.concatenate([dv.ravel(), ds.ravel()])
 
     x = jnp.concatenate([jnp.asarray(v).ravel(), jnp.asarray(s).ravel()])
@@ -112,8 +112,9 @@ def test_vs_field_is_minus_metric_gradient_of_loss():
         p = METRIC_POWER[metric]
         dv, ds = vs_field(jnp.asarray(G), jnp.asarray(v), jnp.asarray(s), p)
         np.testing.assert_allclose(np.asarray(dv), -np.asarray(gv), rtol=1e-12, atol=1e-13)
-        expected = np.stack([-np.linalg.matrix_power(_J(s[k]), p) @ np.asarray(gs[k])
-                             for k in range(H)])
+        expected = np.stack(
+            [-np.linalg.matrix_power(_J(s[k]), p) @ np.asarray(gs[k]) for k in range(H)]
+        )
         np.testing.assert_allclose(np.asarray(ds), expected, rtol=1e-10, atol=1e-13)
 
 
@@ -149,5 +150,6 @@ def test_saved_loss_matches_saved_state(trajectory):
             v, s = trajectory.v[b, i], trajectory.s[b, i]
             R = G - v.T @ s
             assert trajectory.loss[b, i] == pytest.approx(0.5 * np.sum(R**2), rel=1e-12)
-            np.testing.assert_allclose(trajectory.entry_loss[b, i].sum(), trajectory.loss[b, i],
-                                       rtol=1e-12)
+            np.testing.assert_allclose(
+                trajectory.entry_loss[b, i].sum(), trajectory.loss[b, i], rtol=1e-12
+            )

@@ -1,12 +1,12 @@
-"""Tests of simulate.head_ode: diffrax vs scipy, the symmetric stall, event crossings and batching."""
+"""Tests of simulate.incremental.head_ode: diffrax vs scipy, the symmetric stall, event crossings and batching."""
 
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from simulate.head_ode import initial_logits, log_grid, plateau_levels, solve
-from simulate.stages import midpoints, stage_times
-from theory.heads import HeadSetting
+from simulate.incremental.head_ode import initial_logits, log_grid, plateau_levels, solve
+from simulate.measure.stages import midpoints, stage_times
+from theory.incremental.heads import HeadSetting
 
 SETTING = HeadSetting(heads=2, blocks=(1, 1), window=5)  # replicator metric
 N_SAVE = 200
@@ -21,7 +21,7 @@ def _reference(setting, theta0, ts):
 
     def rhs(t, y):
         v = y[: H * h].reshape(H, h)
-        th = y[H * h:].reshape(H, T)
+        th = y[H * h :].reshape(H, T)
         e = np.exp(th - th.max(-1, keepdims=True))
         s = e / e.sum(-1, keepdims=True)
         R = G - v.T @ s
@@ -31,7 +31,7 @@ def _reference(setting, theta0, ts):
     sol = solve_ivp(rhs, (0.0, ts[-1]), y0, method="DOP853", t_eval=ts, rtol=1e-10, atol=1e-12)
     assert sol.success
     v = sol.y[: H * h].T.reshape(-1, H, h)
-    th = sol.y[H * h:].T.reshape(-1, H, T)
+    th = sol.y[H * h :].T.reshape(-1, H, T)
     s = np.exp(th) / np.exp(th).sum(-1, keepdims=True)
     R = G[None] - np.einsum("nkj,nki->nji", v, s)
     return v, s, 0.5 * np.sum(R**2, axis=(1, 2))
@@ -65,8 +65,10 @@ def test_initial_state():
     assert np.all(theta[1] == 0)
     # theta = eps * xi with xi standard normal: same seed, scaled by eps
     np.testing.assert_allclose(
-        theta[0], 1e-2 * np.asarray(initial_logits(SETTING, np.array([1.0]), np.array([3])))[0],
-        rtol=1e-15)
+        theta[0],
+        1e-2 * np.asarray(initial_logits(SETTING, np.array([1.0]), np.array([3])))[0],
+        rtol=1e-15,
+    )
 
 
 def test_exact_symmetry_stays_on_the_competitive_plateau():

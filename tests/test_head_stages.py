@@ -1,4 +1,4 @@
-"""Tests of theory.head_stages: lumped mass rate, escape integral, vertex decay and stage predictions."""
+"""Tests of theory.incremental.stages: lumped mass rate, escape integral, vertex decay and stage predictions."""
 
 import itertools
 import math
@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import quad
 
-from theory.head_stages import (
+from theory.incremental.heads import METRIC_POWER, METRICS, HeadSetting
+from theory.incremental.stages import (
     H_sym,
     T_sym,
     a_sym,
@@ -25,7 +26,6 @@ from theory.head_stages import (
     u_sym,
     vertex_decay_coefficient,
 )
-from theory.heads import METRIC_POWER, METRICS, HeadSetting
 
 SETTINGS = settings(max_examples=20, deadline=None)
 _escape_integral = lru_cache(maxsize=None)(escape_integral)  # sympy integration: build once
@@ -74,8 +74,11 @@ def test_escape_integral_matches_quadrature(metric, T, data):
 
 
 @settings(max_examples=10, deadline=None)
-@given(n=st.integers(1, 3), m1=st.integers(2, 12).map(lambda k: k / 4),
-       frac=st.integers(1, 7).map(lambda k: k / 8))
+@given(
+    n=st.integers(1, 3),
+    m1=st.integers(2, 12).map(lambda k: k / 4),
+    frac=st.integers(1, 7).map(lambda k: k / 8),
+)
 def test_vertex_decay_coefficient_closed_form(n, m1, frac):
     mi = m1 * frac
     c = vertex_decay_coefficient(n, m1, mi)
@@ -99,8 +102,6 @@ def test_vertex_decay_coefficient_matches_numeric_field():
     # the ratio is c + O(x): Richardson-extrapolate to x = 0
     extrapolated = 2 * ratios[1] - ratios[0]
     assert vertex_decay_coefficient(n, m1, mi) == pytest.approx(extrapolated, rel=1e-5)
-
-
 
 
 @pytest.fixture(scope="module", params=METRICS)
@@ -145,8 +146,14 @@ def test_plateaus_chain_and_blocks_follow_importance(predictions):
 def test_first_stage_time_solves_the_lumped_integral():
     """t_1 from the early-time law: int_{b/T}^{1/2} dp/g = m_1^2 ||alpha||_1^2 t_1^2 / (2 b T)."""
     for metric in METRICS:
-        setting = HeadSetting(heads=2, blocks=(2, 1), window=9, importances=(1.5, 1.0),
-                              alpha=(0.5, 1.0, 1.0), metric=metric)
+        setting = HeadSetting(
+            heads=2,
+            blocks=(2, 1),
+            window=9,
+            importances=(1.5, 1.0),
+            alpha=(0.5, 1.0, 1.0),
+            metric=metric,
+        )
         t1 = predict_stages(setting, 1e-3)[0].time
         b, T, m1, a1 = 2, 9, 1.5, 1.5
         g = sp.lambdify(p_sym, lumped_mass_rate(metric).subs({b_sym: b, T_sym: T}))
@@ -162,8 +169,9 @@ def test_non_singleton_blocks_leave_later_stages_underived():
 
 @pytest.mark.parametrize("metric", METRICS)
 @settings(max_examples=15, deadline=None)
-@given(p=st.floats(0.05, 0.95), u=st.floats(-2.0, 2.0), m1=st.floats(0.5, 3.0),
-       a=st.floats(0.5, 2.0))
+@given(
+    p=st.floats(0.05, 0.95), u=st.floats(-2.0, 2.0), m1=st.floats(0.5, 3.0), a=st.floats(0.5, 2.0)
+)
 def test_lumped_symmetric_field_is_the_exact_field_on_its_subspace(metric, p, u, m1, a):
     """Equal heads, lead block of b lags carrying mass p uniformly, other rows of G zero: the 2-D
     lumped system equals the exact (v, s) field summed over the block."""
@@ -177,7 +185,9 @@ def test_lumped_symmetric_field_is_the_exact_field_on_its_subspace(metric, p, u,
     f = V @ R
     for _ in range(METRIC_POWER[metric]):
         f = S * (f - np.sum(S * f, axis=1, keepdims=True))
-    dp, du = (float(e.subs({H_sym: H, b_sym: b, T_sym: T, m1_sym: m1, a_sym: a, p_sym: p,
-                            u_sym: u})) for e in lumped_symmetric_field(metric))
+    dp, du = (
+        float(e.subs({H_sym: H, b_sym: b, T_sym: T, m1_sym: m1, a_sym: a, p_sym: p, u_sym: u}))
+        for e in lumped_symmetric_field(metric)
+    )
     assert dp == pytest.approx(f[0, :b].sum(), rel=1e-10, abs=1e-12)
     assert du == pytest.approx(dv[0, 0], rel=1e-10, abs=1e-12)

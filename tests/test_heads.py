@@ -1,4 +1,4 @@
-"""Tests of theory.heads: fixed points, plateau levels, symmetric subspace, Jacobian and validation."""
+"""Tests of theory.incremental.heads: fixed points, plateau levels, symmetric subspace, Jacobian and validation."""
 
 import itertools
 from functools import cache
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from theory.gradient_flow import FixedPointKind, GradientFlow, classify_spectrum
-from theory.heads import (
+from theory.incremental.heads import (
     METRIC_POWER,
     METRICS,
     HeadSetting,
@@ -60,8 +60,12 @@ def head_settings(draw, heads=st.sampled_from([2, 3])):  # noqa: B008  (hypothes
 def _expected_levels(setting):
     """L_k from first principles: stage k removes the k largest block losses
     w_j = 1/2 m_j^2 ||alpha_I(j)||_2^2 (blockwise Cauchy-Schwarz, spec §5.3)."""
-    w = [0.5 * setting.importance_values[j] ** 2
-         * sum(setting.alpha_values[i] ** 2 for i in setting.lags(j)) for j in range(setting.h)]
+    w = [
+        0.5
+        * setting.importance_values[j] ** 2
+        * sum(setting.alpha_values[i] ** 2 for i in setting.lags(j))
+        for j in range(setting.h)
+    ]
     desc = sorted(w, reverse=True)
     K = min(setting.heads, setting.h)
     return [sum(w) - sum(desc[:k]) for k in range(K + 1)]
@@ -94,11 +98,18 @@ def test_stage_points_are_zeros_of_both_fields_with_the_plateau_loss(setting):
 def test_every_clustered_point_is_a_fixed_point(setting, data):
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
-    assignment = tuple(data.draw(st.lists(st.integers(0, setting.h - 1), min_size=setting.heads,
-                                          max_size=setting.heads)))
+    assignment = tuple(
+        data.draw(
+            st.lists(st.integers(0, setting.h - 1), min_size=setting.heads, max_size=setting.heads)
+        )
+    )
     point = _evaluate(hs.clustered_point(assignment), vals)
-    w = [0.5 * setting.importance_values[j] ** 2
-         * sum(setting.alpha_values[i] ** 2 for i in setting.lags(j)) for j in range(setting.h)]
+    w = [
+        0.5
+        * setting.importance_values[j] ** 2
+        * sum(setting.alpha_values[i] ** 2 for i in setting.lags(j))
+        for j in range(setting.h)
+    ]
     expected_loss = sum(w[j] for j in range(setting.h) if j not in assignment)
     assert float(hs.loss.xreplace(point)) == pytest.approx(expected_loss, rel=1e-12, abs=1e-12)
     for metric in METRICS:
@@ -110,7 +121,9 @@ def test_every_clustered_point_is_a_fixed_point(setting, data):
     moved = dict(point)
     moved[hs.s[k, lag]] = point[hs.s[k, lag]] - sp.Rational(1, 10) * point[hs.s[k, lag]]
     moved[hs.s[k, other]] = sp.Rational(1, 10) * point[hs.s[k, lag]]
-    assert not _flow(setting.heads, setting.blocks, setting.window, "replicator").is_fixed_point(moved)
+    assert not _flow(setting.heads, setting.blocks, setting.window, "replicator").is_fixed_point(
+        moved
+    )
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -193,8 +206,13 @@ def test_competitive_point_spectrum(shape, metric):
     The zero eigenvalues sit in Jordan blocks (nilpotent directions), so float64 eigenvalues spread
     around 0 by ~sqrt(machine eps); the zero cluster is therefore separated at 1e-6 relative."""
     H, blocks, T = shape
-    setting = HeadSetting(heads=H, blocks=blocks, window=T, importances=tuple(
-        1.5 - 0.25 * j for j in range(len(blocks))), metric=metric)
+    setting = HeadSetting(
+        heads=H,
+        blocks=blocks,
+        window=T,
+        importances=tuple(1.5 - 0.25 * j for j in range(len(blocks))),
+        metric=metric,
+    )
     hs = HeadSystem(setting)
     point = hs.stage_point(1)
     _v, s = hs.point_arrays(point)
@@ -222,7 +240,7 @@ def test_tangent_basis_spans_the_simplex_tangent_space():
     np.testing.assert_allclose(B.T @ B, np.eye(B.shape[1]), atol=1e-12)
     for k in range(H):
         row = np.zeros(H * h + H * T)
-        row[H * h + k * T: H * h + (k + 1) * T] = 1
+        row[H * h + k * T : H * h + (k + 1) * T] = 1
         np.testing.assert_allclose(row @ B, 0, atol=1e-12)
 
 

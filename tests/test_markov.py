@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulate.markov_task import (
+from simulate.incremental.markov_task import (
     MarkovSetting,
     bayes_loss,
     context_logits,
@@ -17,7 +17,7 @@ from simulate.markov_task import (
     teacher,
     teacher_log_probs,
 )
-from simulate.minimal_transformer import MinimalTransformer, init_minimal
+from simulate.incremental.minimal_transformer import MinimalTransformer, init_minimal
 from theory.validation import ConfigError
 
 SMALL = MarkovSetting(vocab=6, blocks=(1, 2), m=1.5, tau=0.5, generated=4)
@@ -38,17 +38,18 @@ def test_frobenius_orthogonal_teacher():
     A = np.asarray(teacher(s, jax.random.PRNGKey(3)))
     gram = np.einsum("iab,jab->ij", A, A)
     np.testing.assert_allclose(gram, np.diag(6 * s.importances() ** 2), atol=1e-9)
-    plain = np.asarray(teacher(MarkovSetting(vocab=6, blocks=(1, 1, 1), m=1.5),
-                               jax.random.PRNGKey(3)))
+    plain = np.asarray(
+        teacher(MarkovSetting(vocab=6, blocks=(1, 1, 1), m=1.5), jax.random.PRNGKey(3))
+    )
     assert abs(np.einsum("ab,ab->", plain[0], plain[1])) > 1e-6  # not orthogonal by itself
 
 
 def test_sampler_follows_the_teacher_conditionals():
     A = teacher(SMALL, jax.random.PRNGKey(0))
     seqs = np.asarray(sample_sequences(SMALL, A, jax.random.PRNGKey(1), 40000))
-    ctx = np.asarray(contexts(SMALL, seqs))[:, 0]           # context of the first generated token
+    ctx = np.asarray(contexts(SMALL, seqs))[:, 0]  # context of the first generated token
     target = seqs[:, SMALL.window]
-    want = np.array([0, 1, 2])                               # x_{t-1}, x_{t-2}, x_{t-3}
+    want = np.array([0, 1, 2])  # x_{t-1}, x_{t-2}, x_{t-3}
     rows = np.all(ctx == want, axis=1)
     assert rows.sum() > 100
     freq = np.bincount(target[rows], minlength=6) / rows.sum()
@@ -62,11 +63,15 @@ def test_truncated_teachers_drop_the_weakest_blocks():
     only_first = context_logits(SMALL, A, ctx, blocks=1)
     np.testing.assert_allclose(only_first[0], A[0][:, 0] / SMALL.tau, atol=1e-12)
     full = context_logits(SMALL, A, ctx)
-    np.testing.assert_allclose(full[0], (A[0][:, 0] + A[1][:, 1] + A[1][:, 2]) / SMALL.tau,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        full[0], (A[0][:, 0] + A[1][:, 1] + A[1][:, 2]) / SMALL.tau, atol=1e-12
+    )
     reversed_ = MarkovSetting(**{**SMALL.__dict__, "reversed_importance": True})
-    np.testing.assert_allclose(context_logits(reversed_, A, ctx, blocks=1)[0],
-                               (A[1][:, 1] + A[1][:, 2]) / SMALL.tau, atol=1e-12)
+    np.testing.assert_allclose(
+        context_logits(reversed_, A, ctx, blocks=1)[0],
+        (A[1][:, 1] + A[1][:, 2]) / SMALL.tau,
+        atol=1e-12,
+    )
 
 
 def test_model_is_causal():
@@ -96,17 +101,24 @@ def test_ideal_solution_reproduces_the_teacher_and_reaches_the_bayes_loss():
         start += b
     model = MinimalTransformer(jnp.asarray(WQ), jnp.asarray(WV), d)
     seqs = sample_sequences(s, jnp.asarray(A), jax.random.PRNGKey(2), 64)
-    logits = jax.vmap(model)(seqs[:, :-1])[:, s.window - 1:]
+    logits = jax.vmap(model)(seqs[:, :-1])[:, s.window - 1 :]
     want = context_logits(s, jnp.asarray(A), contexts(s, seqs))
     np.testing.assert_allclose(logits, want, atol=1e-9)
-    nll = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), seqs[:, s.window:, None], -1))
+    nll = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), seqs[:, s.window :, None], -1))
     assert float(nll) == pytest.approx(float(bayes_loss(s, jnp.asarray(A), seqs)), abs=1e-9)
     assert teacher_log_probs(s, jnp.asarray(A), seqs).shape == (64, s.generated, d)
 
 
-@pytest.mark.parametrize("kwargs,field", [({"vocab": 1}, "vocab"), ({"tau": 0.0}, "tau"),
-                                          ({"blocks": (0, 2)}, "blocks"),
-                                          ({"alpha": (1.0,)}, "alpha"), ({"m": -1.0}, "m")])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"vocab": 1}, "vocab"),
+        ({"tau": 0.0}, "tau"),
+        ({"blocks": (0, 2)}, "blocks"),
+        ({"alpha": (1.0,)}, "alpha"),
+        ({"m": -1.0}, "m"),
+    ],
+)
 def test_bad_settings(kwargs, field):
     with pytest.raises(ConfigError) as err:
         MarkovSetting(**kwargs)

@@ -11,7 +11,7 @@ import pytest
 
 from figures.cli import main
 from simulate.experiments import EXPERIMENTS, resumed_config
-from simulate.markov_training import (
+from simulate.incremental.markov_training import (
     MarkovTrainConfig,
     baseline_contexts,
     build_model,
@@ -26,9 +26,20 @@ from simulate.store import RunStore, load
 from simulate.train import seed_streams
 from theory.validation import ConfigError
 
-TINY = {"vocab": 6, "blocks": (1, 1), "generated": 4, "heads": 2, "batch": 32, "steps": 40,
-        "chunk": 20, "log_every": 10, "validation": 64, "seeds": 2, "quiet": True,
-        "query_scale": 1e-3}
+TINY = {
+    "vocab": 6,
+    "blocks": (1, 1),
+    "generated": 4,
+    "heads": 2,
+    "batch": 32,
+    "steps": 40,
+    "chunk": 20,
+    "log_every": 10,
+    "validation": 64,
+    "seeds": 2,
+    "quiet": True,
+    "query_scale": 1e-3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +51,17 @@ def tiny_run(tmp_path_factory):
 def test_run_logs_named_observables_and_a_summary(tiny_run):
     cfg, path = tiny_run
     ds, config = load(path)
-    dims = {"val_loss": (), "train_loss": (), "kl_yardstick": ("yardstick",),
-            "kl_yardstick_train": ("yardstick",), "block_mass": ("layer", "head", "block"),
-            "block_mass_mean": ("layer", "head", "block"),
-            "attention_map": ("layer", "head", "query", "key"),
-            "value_alignment": ("head", "block"), "head_asymmetry": ()}
+    dims = {
+        "val_loss": (),
+        "train_loss": (),
+        "kl_yardstick": ("yardstick",),
+        "kl_yardstick_train": ("yardstick",),
+        "block_mass": ("layer", "head", "block"),
+        "block_mass_mean": ("layer", "head", "block"),
+        "attention_map": ("layer", "head", "query", "key"),
+        "value_alignment": ("head", "block"),
+        "head_asymmetry": (),
+    }
     assert {name: ds[name].dims[2:] for name in ds.data_vars} == dims
     assert ds.sizes["step"] == cfg.steps // cfg.log_every + 1
     assert list(ds["query"].values) == list(range(cfg.window - 1, cfg.length - 1))
@@ -53,8 +70,9 @@ def test_run_logs_named_observables_and_a_summary(tiny_run):
     np.testing.assert_allclose(ds["attention_map"].sum("key").values, 1.0, atol=1e-5)
     # the last generated query's row of the map, summed over each block's lags
     last = ds["attention_map"].isel(query=-1).values
-    np.testing.assert_allclose(ds["block_mass"].values[..., 0], last[..., cfg.length - 2],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        ds["block_mass"].values[..., 0], last[..., cfg.length - 2], atol=1e-6
+    )
     # q = 1e-3, W_V = 0: the first row predicts uniformly, so its loss is ln d
     assert float(ds["val_loss"].isel(step=0).mean()) == pytest.approx(np.log(cfg.vocab), abs=1e-6)
     assert float(ds["val_loss"].isel(step=-1).mean()) < np.log(cfg.vocab)
@@ -69,9 +87,11 @@ def test_run_logs_named_observables_and_a_summary(tiny_run):
     best = np.argmin(ds["val_loss"].values, axis=1)
     assert summary["best_val_step_per_seed"] == [float(ds["step"].values[b]) for b in best]
     assert summary["closest_yardstick_at_best_per_seed"] == [
-        int(np.argmin(ds["kl_yardstick"].values[i, b])) + 1 for i, b in enumerate(best)]
+        int(np.argmin(ds["kl_yardstick"].values[i, b])) + 1 for i, b in enumerate(best)
+    ]
     assert summary["max_head_asymmetry_per_seed"] == pytest.approx(
-        ds["head_asymmetry"].max("step").values.tolist())
+        ds["head_asymmetry"].max("step").values.tolist()
+    )
     assert config["seeds"]["teacher_seed"] == 0
 
 
@@ -82,7 +102,7 @@ def test_seeds_share_the_teacher_but_not_the_data(tiny_run):
 
 
 def test_ladder_and_split_rules_on_constructed_curves():
-    from simulate.markov_training import ladder_steps, split_step
+    from simulate.incremental.markov_training import ladder_steps, split_step
 
     steps = np.arange(0, 70, 10)
     # closest yardstick along the run: 3, 1, 1, 2, 1, 2, 3 (a brief return to class 1 at step 40)
@@ -100,9 +120,12 @@ def test_ladder_and_split_rules_on_constructed_curves():
 
 
 def test_finite_training_set_is_overfitted(tmp_path):
-    cfg = MarkovTrainConfig(**{**TINY, "seeds": 1, "steps": 80, "chunk": 80, "log_every": 20},
-                            train_size=8,
-                            lr=0.3, out=tmp_path / "r")
+    cfg = MarkovTrainConfig(
+        **{**TINY, "seeds": 1, "steps": 80, "chunk": 80, "log_every": 20},
+        train_size=8,
+        lr=0.3,
+        out=tmp_path / "r",
+    )
     data = markov_data(cfg)
     np.testing.assert_array_equal(data.probe, data.train)  # min(n, validation) = n sequences
     assert cfg.minibatch == 8
@@ -115,9 +138,13 @@ def test_finite_training_set_is_overfitted(tmp_path):
 
 
 def test_gd_step_is_params_minus_lr_times_gradient(tmp_path):
-    cfg = MarkovTrainConfig(**{**TINY, "seeds": 1, "steps": 1, "chunk": 1, "log_every": 1,
-                               "query_scale": None},
-                            optimizer="gd", train_size=8, precision="float64", out=tmp_path / "r")
+    cfg = MarkovTrainConfig(
+        **{**TINY, "seeds": 1, "steps": 1, "chunk": 1, "log_every": 1, "query_scale": None},
+        optimizer="gd",
+        train_size=8,
+        precision="float64",
+        out=tmp_path / "r",
+    )
     assert cfg.learning_rate == 0.2
     run(cfg)
     prob = problem(cfg)
@@ -127,8 +154,9 @@ def test_gd_step_is_params_minus_lr_times_gradient(tmp_path):
     _, grad = jax.jit(prob.loss_and_direction)(start, step_key)
     leaves, step, _ = RunStore(cfg.out).load_checkpoint()
     assert step == 1
-    for before, g, after in zip(jax.tree_util.tree_leaves(start), jax.tree_util.tree_leaves(grad),
-                                leaves[:2]):
+    for before, g, after in zip(
+        jax.tree_util.tree_leaves(start), jax.tree_util.tree_leaves(grad), leaves[:2]
+    ):
         assert np.abs(np.asarray(g)).max() > 0
         np.testing.assert_allclose(after[0], before - 0.2 * g, rtol=1e-12, atol=1e-15)
 
@@ -138,8 +166,9 @@ def test_precision_auto_and_sgd(tmp_path):
     for q in (None, 1e-3, 0.0):
         assert MarkovTrainConfig(query_scale=q).dtype == jnp.float32
     assert MarkovTrainConfig(query_scale=None, precision="float64").dtype == jnp.float64
-    cfg = MarkovTrainConfig(**{**TINY, "seeds": 1, "query_scale": 1e-9}, optimizer="sgd",
-                            out=tmp_path / "r")
+    cfg = MarkovTrainConfig(
+        **{**TINY, "seeds": 1, "query_scale": 1e-9}, optimizer="sgd", out=tmp_path / "r"
+    )
     assert cfg.learning_rate == 0.2
     assert build_model(cfg, jax.random.PRNGKey(0)).WQ.dtype == jnp.float64
     ds, _ = load(run(cfg))
@@ -154,8 +183,9 @@ def test_precision_auto_and_sgd(tmp_path):
 
 def test_equal_heads_stay_identical_through_the_trainer(tmp_path):
     """q = 0, W_V = 0 in the two-layer minimal model: no step ever separates the heads."""
-    cfg = MarkovTrainConfig(**{**TINY, "seeds": 1, "query_scale": 0.0}, layers=2,
-                            out=tmp_path / "r")
+    cfg = MarkovTrainConfig(
+        **{**TINY, "seeds": 1, "query_scale": 0.0}, layers=2, out=tmp_path / "r"
+    )
     ds, _ = load(run(cfg))
     assert ds.sizes["layer"] == 2
     assert np.all(ds["head_asymmetry"].values == 0.0)
@@ -166,9 +196,20 @@ def test_equal_heads_stay_identical_through_the_trainer(tmp_path):
 
 
 def test_full_model_runs_with_its_observables(tmp_path):
-    cfg = MarkovTrainConfig(**{**TINY, "heads": 3, "seeds": 1, "steps": 10, "chunk": 10,
-                               "batch": 16, "validation": 16, "query_scale": None},
-                            model="full", out=tmp_path / "r")
+    cfg = MarkovTrainConfig(
+        **{
+            **TINY,
+            "heads": 3,
+            "seeds": 1,
+            "steps": 10,
+            "chunk": 10,
+            "batch": 16,
+            "validation": 16,
+            "query_scale": None,
+        },
+        model="full",
+        out=tmp_path / "r",
+    )
     ds, _ = load(run(cfg))
     assert "value_alignment" not in ds and ds.sizes["layer"] == 1 and ds.sizes["head"] == 3
     assert np.all(np.isfinite(ds["val_loss"].values))
@@ -179,8 +220,10 @@ def test_full_model_runs_with_its_observables(tmp_path):
 
 @pytest.fixture(scope="module")
 def baselines(tmp_path_factory):
-    base = MarkovTrainConfig(**{**TINY, "steps": 20, "chunk": 20, "seeds": 1},
-                             out=tmp_path_factory.mktemp("student") / "r")
+    base = MarkovTrainConfig(
+        **{**TINY, "steps": 20, "chunk": 20, "seeds": 1},
+        out=tmp_path_factory.mktemp("student") / "r",
+    )
     out = tmp_path_factory.mktemp("baselines")
     return base, out, train_baselines(base, out)
 
@@ -214,7 +257,8 @@ def test_student_logs_kl_to_the_baselines(baselines):
     assert resumed_config(EXPERIMENTS["markov"], cfg.out, quiet=True).baselines == dirs
     summary = json.loads((cfg.out / "summary.json").read_text())
     assert summary["closest_baseline_at_best_per_seed"] == [
-        [1, 2][int(np.argmin(ds["kl_baseline"].values[0, np.argmin(ds["val_loss"].values[0])]))]]
+        [1, 2][int(np.argmin(ds["kl_baseline"].values[0, np.argmin(ds["val_loss"].values[0])]))]
+    ]
 
 
 def test_baselines_of_another_teacher_are_refused(baselines):
@@ -229,16 +273,26 @@ def test_baselines_of_another_teacher_are_refused(baselines):
         replace(base, baselines=(dirs[0], dirs[0]))  # two baselines of one context
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["--lr", "0"], "lr"), (["--batch", "0"], "batch"), (["--tau", "-1"], "tau"),
-    (["--query-scale", "-1"], "query_scale"), (["--steps", "150", "--chunk", "100"], "steps"),
-    (["--layers", "3"], "layers"), (["--context", "0"], "context"),
-    (["--context", "30"], "context"), (["--momentum", "1.5"], "momentum"),
-    (["--train-size", "0"], "train_size"), (["--model", "full", "--heads", "2"], "heads"),
-    (["--model", "full", "--generated", "60"], "generated"),
-    (["--baselines", "/nonexistent/run"], "baselines"),
-    (["--optimizer", "adam"], "arguments"), (["--precision", "float16"], "arguments"),
-])
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["--lr", "0"], "lr"),
+        (["--batch", "0"], "batch"),
+        (["--tau", "-1"], "tau"),
+        (["--query-scale", "-1"], "query_scale"),
+        (["--steps", "150", "--chunk", "100"], "steps"),
+        (["--layers", "3"], "layers"),
+        (["--context", "0"], "context"),
+        (["--context", "30"], "context"),
+        (["--momentum", "1.5"], "momentum"),
+        (["--train-size", "0"], "train_size"),
+        (["--model", "full", "--heads", "2"], "heads"),
+        (["--model", "full", "--generated", "60"], "generated"),
+        (["--baselines", "/nonexistent/run"], "baselines"),
+        (["--optimizer", "adam"], "arguments"),
+        (["--precision", "float16"], "arguments"),
+    ],
+)
 def test_bad_input(argv, field, capsys):
     assert main(["run", "markov", *argv]) == 2
     assert capsys.readouterr().err.startswith(f"stagewise: error: {field} = ")

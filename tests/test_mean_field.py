@@ -1,6 +1,6 @@
-"""Noisy mean-field transformer (spec mean_field.md): the theory of ``theory.mean_field``, the
-particle integrators of ``simulate.mean_field_flow`` and the experiment of
-``simulate.mean_field_training``."""
+"""Noisy mean-field transformer (spec mean_field.md): the theory of ``theory.mean_field.energy``, the
+particle integrators of ``simulate.mean_field.flow`` and the experiment of
+``simulate.mean_field.training``."""
 
 import json
 import math
@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from scipy import special
 
 import simulate  # noqa: F401  (float64)
-from simulate import mean_field_flow as mff
-from simulate import mean_field_training as mft
+from simulate.mean_field import flow as mff
+from simulate.mean_field import training as mft
 from simulate.train import seed_streams
-from theory import mean_field as mf
+from theory.mean_field import energy as mf
 from theory.validation import ConfigError
 
 FAST = settings(max_examples=15, deadline=None)
@@ -27,6 +27,7 @@ betas = st.floats(0.3, 5.0)
 
 
 # ---- theory: the threshold ---------------------------------------------------------------------
+
 
 def test_linearised_rate_is_the_spec_formula_and_threshold_is_i1_over_beta():
     rate = mf.linearised_rate_derivation()["rate"]
@@ -56,8 +57,9 @@ def test_threshold_values_and_mode_ordering(beta):
 def test_funk_hecke_closed_form_and_sphere_threshold(beta, dim, ell):
     quad = mf.funk_hecke_eigenvalue(ell, dim, beta)
     assert mf.funk_hecke_closed_form(ell, dim, beta) == pytest.approx(quad, rel=1e-8)
-    assert mf.tau_c(beta, dim) == pytest.approx(mf.funk_hecke_eigenvalue(1, dim, beta) / beta,
-                                               rel=1e-8)
+    assert mf.tau_c(beta, dim) == pytest.approx(
+        mf.funk_hecke_eigenvalue(1, dim, beta) / beta, rel=1e-8
+    )
     assert mf.sphere_mode_rate(1, dim, beta, mf.tau_c(beta, dim)) == pytest.approx(0, abs=1e-9)
 
 
@@ -110,6 +112,7 @@ def test_landau_expansion_against_the_stationary_equation():
 
 # ---- theory: energy ----------------------------------------------------------------------------
 
+
 @FAST
 @given(beta=betas, tau=st.floats(0.01, 2.0))
 def test_energy_of_the_uniform_state_and_the_von_mises_family(beta, tau):
@@ -120,8 +123,9 @@ def test_energy_of_the_uniform_state_and_the_von_mises_family(beta, tau):
     assert mf.von_mises_energy(0.0, beta, tau) == pytest.approx(value)
     kappa = 1e-3  # F(kappa) - F(0) = kappa^2/4 (tau - I_1/beta) + O(kappa^4)
     small = mf.von_mises_energy_small_kappa().subs({mf.kappa: kappa, mf.beta: beta, mf.tau: tau})
-    assert mf.von_mises_energy(kappa, beta, tau) - value == pytest.approx(float(small),
-                                                                          rel=1e-3, abs=1e-12)
+    assert mf.von_mises_energy(kappa, beta, tau) - value == pytest.approx(
+        float(small), rel=1e-3, abs=1e-12
+    )
 
 
 @FAST
@@ -132,8 +136,12 @@ def test_uniform_energy_anisotropic(beta, a, tau):
 
 
 @FAST
-@given(c=st.lists(st.floats(-0.3, 0.3), min_size=6, max_size=6), beta=betas,
-       a=st.floats(0.3, 1.0), tau=st.floats(0.01, 1.0))
+@given(
+    c=st.lists(st.floats(-0.3, 0.3), min_size=6, max_size=6),
+    beta=betas,
+    a=st.floats(0.3, 1.0),
+    tau=st.floats(0.01, 1.0),
+)
 def test_dissipation_identity_for_smooth_densities(c, beta, a, tau):
     th = 2 * np.pi * np.arange(128) / 128
     rho = np.exp(c[0] * np.cos(th) + c[1] * np.sin(2 * th) + c[2] * np.cos(3 * th))
@@ -162,13 +170,15 @@ def test_uniform_order_parameter_mean_by_sampling():
 
 # ---- theory: restoring rates and the LQ turnpike --------------------------------------------------
 
+
 def test_restoring_rates_closed_forms():
     r = mf.restoring_rates()
     e = sp.exp(mf.beta)
     assert sp.simplify(r["single"] - mf.m_w * e) == 0
     assert sp.simplify(r["rigid"] - mf.m_w * (1 - mf.a) * e) == 0
-    assert sp.simplify(r["opposing"] - (mf.m_w * (1 - mf.a) * e
-                                        - (1 - mf.m_w) * (1 + mf.a) / e)) == 0
+    assert (
+        sp.simplify(r["opposing"] - (mf.m_w * (1 - mf.a) * e - (1 - mf.m_w) * (1 + mf.a) / e)) == 0
+    )
     assert sp.simplify(r["co_rotating"] - (1 - mf.a) * (mf.m_w * e - (1 - mf.m_w) / e)) == 0
 
 
@@ -191,7 +201,8 @@ def test_scalar_lq_turnpike():
     assert gram == pytest.approx(0.64 * (1 - math.exp(-17)) / 3.4)
     assert float(lq["escape"].subs(vals)) == pytest.approx(gram / 0.3)  # -g Gamma / lambda
     assert float(lq["width_limit"].subs({mf.kappa: 1.7, lq["q"]: 0.9})) == pytest.approx(
-        mf.lq_width(1.7, 0.9))
+        mf.lq_width(1.7, 0.9)
+    )
 
 
 def test_terminal_width_of_an_exponential_profile():
@@ -202,6 +213,7 @@ def test_terminal_width_of_an_exponential_profile():
 
 
 # ---- simulate: particles -------------------------------------------------------------------------
+
 
 @FEW
 @given(seed=st.integers(0, 10**6), beta=st.floats(0.3, 4.0), a=st.floats(0.3, 1.5))
@@ -222,10 +234,10 @@ def test_circle_and_sphere_velocities_agree_on_s1(seed, beta, a):
     W = jax.random.normal(k2, (2, 5))
     X = jnp.stack([jnp.cos(theta), jnp.sin(theta)], -1)
     tangent = jnp.stack([-jnp.sin(theta), jnp.cos(theta)], -1)
-    sphere = jnp.sum(mff.sphere_velocity(X, jnp.diag(jnp.array([1.0, a])), beta, W) * tangent,
-                     -1)
-    circle = (mff.circle_potential(theta, mff.circle_kernel(beta, a))[1]
-              + mff.circle_ffn_velocity(theta, W))
+    sphere = jnp.sum(mff.sphere_velocity(X, jnp.diag(jnp.array([1.0, a])), beta, W) * tangent, -1)
+    circle = mff.circle_potential(theta, mff.circle_kernel(beta, a))[1] + mff.circle_ffn_velocity(
+        theta, W
+    )
     np.testing.assert_allclose(sphere, circle, atol=1e-11)
 
 
@@ -303,25 +315,40 @@ def test_float32_agrees_with_float64():
     base = {"tokens": 128, "dt": 0.0625, "save_every": 4}
     W = 0.2 * jax.random.normal(jax.random.PRNGKey(2), (32, 2, 5))
     keys = _keys(2)
-    G = [float(mft.Flow(mft.MeanFieldConfig(**base, float64=f)).terminal_loss(W, keys))
-         for f in (False, True)]
+    G = [
+        float(mft.Flow(mft.MeanFieldConfig(**base, float64=f)).terminal_loss(W, keys))
+        for f in (False, True)
+    ]
     assert G[0] == pytest.approx(G[1], abs=1e-3)
 
 
 def test_order_parameter_and_density_observables():
     theta = jnp.asarray(np.random.default_rng(1).uniform(0, 2 * np.pi, 300))
     assert float(mff.order_parameter(theta, 2)) == pytest.approx(
-        mf.order_parameter(np.asarray(theta), 2))
+        mf.order_parameter(np.asarray(theta), 2)
+    )
     dens = mff.angle_density(theta, 16)
     assert float(jnp.sum(dens) * 2 * np.pi / 16) == pytest.approx(1.0)
 
 
 # ---- simulate: the experiment ----------------------------------------------------------------------
 
+
 def test_experiment_trains_through_the_run_store(tmp_path):
-    cfg = mft.MeanFieldConfig(tokens=32, dt=0.125, bins=16, save_every=8, lambdas=(1e-2, 10.0),
-                              noise="fixed", steps=40, chunk=20, log_every=20, seeds=2,
-                              out=tmp_path / "run", quiet=True)
+    cfg = mft.MeanFieldConfig(
+        tokens=32,
+        dt=0.125,
+        bins=16,
+        save_every=8,
+        lambdas=(1e-2, 10.0),
+        noise="fixed",
+        steps=40,
+        chunk=20,
+        log_every=20,
+        seeds=2,
+        out=tmp_path / "run",
+        quiet=True,
+    )
     out = mft.run(cfg)
     from simulate.store import load
 

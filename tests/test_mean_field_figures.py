@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from figures.mean_field_common import fit_rate
-from figures.mean_field_density import escape_onset
-from figures.mean_field_energy import largest_rise
-from figures.mean_field_escape import loglog_slope
-from figures.mean_field_threshold import measured_transition, susceptibility_fit
-from simulate.mean_field_training import profile_summary
+from figures.mean_field.common import fit_rate
+from figures.mean_field.density import escape_onset
+from figures.mean_field.energy import largest_rise
+from figures.mean_field.escape import loglog_slope
+from figures.mean_field.threshold import measured_transition, susceptibility_fit
+from simulate.mean_field.training import profile_summary
 
 
 def _summary(tmp_path, figure_id):
@@ -20,6 +20,7 @@ def _summary(tmp_path, figure_id):
 
 
 # ---- pure helpers ----------------------------------------------------------------------------
+
 
 def test_measured_transition_interpolates_the_crossing():
     ratios = [0.8, 0.9, 1.0, 1.1, 1.2]
@@ -61,13 +62,18 @@ def test_slopes_and_rises():
 
 
 def test_bad_input_fails_with_exit_code_2(tmp_path, capsys):
-    assert main(["figure", "mean-field-threshold", "--tau-ratios", "1.1", "0.9",
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            ["figure", "mean-field-threshold", "--tau-ratios", "1.1", "0.9", "--out", str(tmp_path)]
+        )
+        == 2
+    )
     assert "tau_ratios" in capsys.readouterr().err
     assert main(["figure", "mean-field-escape", "--lambdas", "0", "--out", str(tmp_path)]) == 2
 
 
 # ---- quick runs (slow) ---------------------------------------------------------------------------
+
 
 def _run(tmp_path, figure_id):
     assert main(["figure", figure_id, "--quick", "--quiet", "--out", str(tmp_path)]) == 0

@@ -17,8 +17,14 @@ ARGS = ["--steps", "120000", "--chunk", "2000", "--log-every", "200", "--seeds",
 
 
 def _cli(args, env, **kw):
-    return subprocess.Popen([sys.executable, "-m", "figures.cli", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "figures.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +46,7 @@ def _wait_for_checkpoint(run_dir, timeout=120):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(tmp_path, env,
-                                                                            signum):
+def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(tmp_path, env, signum):
     cut = tmp_path / "cut"
     proc = _cli(["run", "heads-gd", *ARGS, "--out", str(cut)], env)
     _wait_for_checkpoint(cut)
@@ -109,21 +114,56 @@ def test_persistent_compilation_cache_is_used_by_a_second_call(tmp_path):
     for name in ("first", "second"):
         proc = _cli([*small, "--out", str(tmp_path / name)], env)
         assert proc.wait(timeout=300) == 0
-        seconds.append(json.loads((tmp_path / name / "summary.json").read_text())
-                       ["compile_seconds"])
+        seconds.append(
+            json.loads((tmp_path / name / "summary.json").read_text())["compile_seconds"]
+        )
     assert any(cache.rglob("*"))
     assert seconds[1] < 0.5 * seconds[0]
 
 
 def test_run_prints_the_success_count_of_the_summary(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "clustering-head", "--epochs", "2", "--epochs-per-chunk", "2",
-                 "--hessian-iterations", "0", "--seeds", "2", "--quiet", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "clustering-head",
+                "--epochs",
+                "2",
+                "--epochs-per-chunk",
+                "2",
+                "--hessian-iterations",
+                "0",
+                "--seeds",
+                "2",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     flags = json.loads((out / "summary.json").read_text())["success_per_seed"]
     assert f"success: {sum(flags)}/2 seeds (final test accuracy > 0.98)" in capsys.readouterr().out
 
 
 def test_runs_without_a_success_flag_print_no_success_line(tmp_path, capsys):
-    assert main(["run", "heads-gd", "--steps", "200", "--chunk", "100", "--log-every", "100",
-                 "--quiet", "--out", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "heads-gd",
+                "--steps",
+                "200",
+                "--chunk",
+                "100",
+                "--log-every",
+                "100",
+                "--quiet",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     assert "success:" not in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Tests of simulate.stages: crossing times on synthetic step curves with known crossings."""
+"""Tests of simulate.measure.stages: crossing times on synthetic step curves with known crossings."""
 
 import math
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import expit
 
-from simulate.stages import first_crossing, first_rise, midpoints, stage_times
+from simulate.measure.stages import first_crossing, first_rise, midpoints, stage_times
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -57,8 +57,12 @@ def test_stage_times_on_a_fine_grid_find_the_step_centres(case):
 
 
 @SETTINGS
-@given(st.lists(st.floats(-3.0, 3.0), min_size=2, max_size=2, unique=True),
-       st.floats(0.01, 0.99), st.floats(0.01, 5.0), st.floats(0.01, 5.0))
+@given(
+    st.lists(st.floats(-3.0, 3.0), min_size=2, max_size=2, unique=True),
+    st.floats(0.01, 0.99),
+    st.floats(0.01, 5.0),
+    st.floats(0.01, 5.0),
+)
 def test_first_crossing_is_log_linear_between_samples(logt, frac, y0, drop):
     """Two samples: the crossing is the log-linear interpolate, computed here from the construction
     t* = t0 * (t1/t0)^w with w the fraction of the drop at the threshold."""

@@ -11,8 +11,10 @@ from simulate.store import RunStore, git_revision, load, versions
 
 def _chunk(steps, seeds=(0, 1)):
     steps = np.asarray(steps)
-    return xr.Dataset({"loss": (("seed", "step"), np.add.outer(np.asarray(seeds, float), steps))},
-                      coords={"seed": list(seeds), "step": steps})
+    return xr.Dataset(
+        {"loss": (("seed", "step"), np.add.outer(np.asarray(seeds, float), steps))},
+        coords={"seed": list(seeds), "step": steps},
+    )
 
 
 def test_create_append_load(tmp_path):
@@ -70,6 +72,7 @@ def test_load_needs_the_run_files(tmp_path, missing):
     target = store.path / missing
     if target.is_dir():
         import shutil
+
         shutil.rmtree(target)
     else:
         target.unlink()

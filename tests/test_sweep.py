@@ -13,16 +13,29 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from figures.core.sweep_plot import aggregate_figure, seed_statistics, write_sweep_figure
 from figures.sweep_cli import sweep_main
-from figures.sweep_plot import aggregate_figure, seed_statistics, write_sweep_figure
 from simulate.experiments import EXPERIMENTS
 from simulate.store import load
 from simulate.sweep import grid_points, load_sweep, merge_runs, parse_grid, run_sweep
 from theory.validation import ConfigError
 
 HEADS = EXPERIMENTS["heads-gd"]
-TINY = ["--steps", "200", "--log-every", "50", "--chunk", "100", "--window", "6", "--heads", "2",
-        "--blocks", "1", "1"]
+TINY = [
+    "--steps",
+    "200",
+    "--log-every",
+    "50",
+    "--chunk",
+    "100",
+    "--window",
+    "6",
+    "--heads",
+    "2",
+    "--blocks",
+    "1",
+    "1",
+]
 TINY_KW = {"steps": 200, "log_every": 50, "chunk": 100, "window": 6, "heads": 2, "blocks": (1, 1)}
 
 
@@ -44,11 +57,19 @@ class Toy:
 
 # --- grid parsing ---------------------------------------------------------------------------
 
+
 def test_parse_grid_converts_to_field_types():
-    grid = parse_grid(["n=1,2,3", "x=1,2.5e-3", "name=p,q", "flag=true,0", "mode=slow",
-                       "eps=1e-6"], Toy)
-    assert grid == {"n": [1, 2, 3], "x": [1.0, 2.5e-3], "name": ["p", "q"],
-                    "flag": [True, False], "mode": ["slow"], "eps": [1e-6]}
+    grid = parse_grid(
+        ["n=1,2,3", "x=1,2.5e-3", "name=p,q", "flag=true,0", "mode=slow", "eps=1e-6"], Toy
+    )
+    assert grid == {
+        "n": [1, 2, 3],
+        "x": [1.0, 2.5e-3],
+        "name": ["p", "q"],
+        "flag": [True, False],
+        "mode": ["slow"],
+        "eps": [1e-6],
+    }
     assert [type(v) for v in grid["n"]] == [int] * 3
     assert [type(v) for v in grid["x"]] == [float] * 2
 
@@ -59,20 +80,23 @@ def test_parse_grid_uses_real_experiment_config():
     assert type(grid["m"][1]) is float and type(grid["log_every"][0]) is int
 
 
-@pytest.mark.parametrize("item", [
-    "bogus=1,2",        # unknown key
-    "n=",               # empty values
-    "n=1,,2",           # empty value
-    "n",                # no '='
-    "n=1.5",            # not an int
-    "x=abc",            # not a float
-    "flag=maybe",       # not a bool
-    "mode=medium",      # not one of the Literal's values
-    "sizes=1,2",        # not a scalar field
-    "seeds=1,2",        # fixed: seeds are vmapped inside each run
-    "out=a,b",          # fixed: run layout
-    "n=1,1",            # duplicate values
-])
+@pytest.mark.parametrize(
+    "item",
+    [
+        "bogus=1,2",  # unknown key
+        "n=",  # empty values
+        "n=1,,2",  # empty value
+        "n",  # no '='
+        "n=1.5",  # not an int
+        "x=abc",  # not a float
+        "flag=maybe",  # not a bool
+        "mode=medium",  # not one of the Literal's values
+        "sizes=1,2",  # not a scalar field
+        "seeds=1,2",  # fixed: seeds are vmapped inside each run
+        "out=a,b",  # fixed: run layout
+        "n=1,1",  # duplicate values
+    ],
+)
 def test_parse_grid_rejects_bad_items(item):
     with pytest.raises(ConfigError) as err:
         parse_grid([item], Toy)
@@ -104,12 +128,20 @@ def test_grid_points_is_the_cartesian_product_in_grid_order():
 
 # --- merge and figure (synthetic data, no JAX) ------------------------------------------------
 
+
 def _fake_runs(grid, seeds=3, steps=(0, 10, 20, 30)):
     rng = np.random.default_rng(0)
     points = grid_points(grid)
-    runs = [xr.Dataset({"loss": (("seed", "step"), rng.uniform(0.5, 2.0, (seeds, len(steps)))),
-                        "mass": (("step", "seed", "head"), rng.uniform(size=(len(steps), seeds, 2)))},
-                       coords={"seed": np.arange(seeds), "step": list(steps)}) for _ in points]
+    runs = [
+        xr.Dataset(
+            {
+                "loss": (("seed", "step"), rng.uniform(0.5, 2.0, (seeds, len(steps)))),
+                "mass": (("step", "seed", "head"), rng.uniform(size=(len(steps), seeds, 2))),
+            },
+            coords={"seed": np.arange(seeds), "step": list(steps)},
+        )
+        for _ in points
+    ]
     return runs, points
 
 
@@ -122,8 +154,9 @@ def test_merge_runs_puts_each_run_at_its_grid_point():
     assert merged["m"].values.tolist() == grid["m"]  # grid order kept, not sorted
     assert merged["opt"].values.tolist() == grid["opt"]
     for run, point in zip(runs, points):
-        xr.testing.assert_equal(merged.sel(point).drop_vars(list(point)),
-                                run.transpose("seed", "step", ...))
+        xr.testing.assert_equal(
+            merged.sel(point).drop_vars(list(point)), run.transpose("seed", "step", ...)
+        )
 
 
 def test_seed_statistics_is_mean_and_normal_95_band():
@@ -161,6 +194,7 @@ def test_aggregate_figure_draws_mean_band_log_axis_and_legend(tmp_path):
 
 # --- real sweeps of heads-gd ------------------------------------------------------------------
 
+
 def _check_sweep(ds: xr.Dataset, out: Path, grid: dict, seeds: int, executor: str):
     """The merged Dataset equals the stored per-point runs, placed at their grid values."""
     keys = list(grid)
@@ -177,9 +211,10 @@ def _check_sweep(ds: xr.Dataset, out: Path, grid: dict, seeds: int, executor: st
         for k, v in point.items():
             assert config["config"][k] == v  # the run really used its grid value
         assert config["config"]["seeds"] == seeds
-        xr.testing.assert_equal(ds.sel(point).drop_vars(keys),
-                                run[list(ds.data_vars)].transpose(*ds.sel(point)["loss"].dims,
-                                                                  ...))
+        xr.testing.assert_equal(
+            ds.sel(point).drop_vars(keys),
+            run[list(ds.data_vars)].transpose(*ds.sel(point)["loss"].dims, ...),
+        )
     # the grid parameter changes the result: the points are not copies of one run
     first, second = (ds["loss"].sel({keys[0]: v}) for v in grid[keys[0]][:2])
     assert not np.allclose(first.isel(step=-1), second.isel(step=-1))
@@ -188,8 +223,20 @@ def _check_sweep(ds: xr.Dataset, out: Path, grid: dict, seeds: int, executor: st
 
 def test_cli_sweep_local_executor(tmp_path, capsys):
     out = tmp_path / "sweep"
-    rc = sweep_main(["heads-gd", "--grid", "m=1.5,2.0", "--seeds", "4", "--out", str(out),
-                     "--workers", "2", *TINY])
+    rc = sweep_main(
+        [
+            "heads-gd",
+            "--grid",
+            "m=1.5,2.0",
+            "--seeds",
+            "4",
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            *TINY,
+        ]
+    )
     assert rc == 0
     summary = capsys.readouterr().out.strip().splitlines()
     assert len(summary) == 1 and "m=2" in summary[0] and "seed=4" in summary[0]
@@ -199,6 +246,7 @@ def test_cli_sweep_local_executor(tmp_path, capsys):
 
 def test_ray_executor_on_a_local_instance(tmp_path):
     import ray  # in the test extra: this test must run in CI
+
     base = HEADS.config(**TINY_KW, seeds=4, seed=3)
     grid = {"m": [1.5, 2.0]}
     out = tmp_path / "sweep"
@@ -218,13 +266,32 @@ def test_ray_executor_on_a_local_instance(tmp_path):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     ray_bin = Path(sys.executable).with_name("ray")
-    head = subprocess.run([str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=2",
-                           "--include-dashboard=false", "--disable-usage-stats"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    head = subprocess.run(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert head.returncode == 0, head.stderr
     try:
-        remote = run_sweep("heads-gd", base, grid, tmp_path / "remote", executor="ray",
-                           address=f"127.0.0.1:{port}", workers=2)
+        remote = run_sweep(
+            "heads-gd",
+            base,
+            grid,
+            tmp_path / "remote",
+            executor="ray",
+            address=f"127.0.0.1:{port}",
+            workers=2,
+        )
         assert not ray.is_initialized()  # only disconnected; the cluster keeps running
         _check_sweep(remote, tmp_path / "remote", grid, 4, "ray")
         for name in ds.data_vars:
@@ -254,6 +321,7 @@ def test_invalid_grid_point_fails_before_anything_runs(tmp_path):
 
 # --- CLI errors -------------------------------------------------------------------------------
 
+
 def test_cli_bad_grid_key_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         sweep_main(["heads-gd", "--grid", "bogus=1,2", "--out", str(tmp_path), *TINY])
@@ -261,13 +329,16 @@ def test_cli_bad_grid_key_is_a_config_error(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--seeds", "2"], "grid"),                               # --grid missing
-    (["--grid", "m=1.5", "--executor", "dask"], "executor"),
-    (["--grid", "m=1.5", "--workers", "0"], "workers"),
-    (["--grid", "m=1.5", "--workers", "two"], "sweep"),       # argparse's own complaint
-    (["--grid", "m=1.5,-2"], "m"),                             # invalid point
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--seeds", "2"], "grid"),  # --grid missing
+        (["--grid", "m=1.5", "--executor", "dask"], "executor"),
+        (["--grid", "m=1.5", "--workers", "0"], "workers"),
+        (["--grid", "m=1.5", "--workers", "two"], "sweep"),  # argparse's own complaint
+        (["--grid", "m=1.5,-2"], "m"),  # invalid point
+    ],
+)
 def test_cli_bad_options_are_config_errors(tmp_path, args, field):
     with pytest.raises(ConfigError) as err:
         sweep_main(["heads-gd", *args, "--out", str(tmp_path), *TINY])
@@ -277,6 +348,7 @@ def test_cli_bad_options_are_config_errors(tmp_path, args, field):
 def test_cli_unknown_experiment(capsys):
     assert sweep_main(["no-such-experiment", "--grid", "m=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    expected = ("stagewise: error: experiment = 'no-such-experiment': one of "
-                + ", ".join(EXPERIMENTS))
+    expected = "stagewise: error: experiment = 'no-such-experiment': one of " + ", ".join(
+        EXPERIMENTS
+    )
     assert err == [expected]

@@ -9,12 +9,22 @@ import numpy as np
 import optax
 import pytest
 
-from simulate.head_training import HeadTrainConfig, problem, run
+from simulate.incremental.head_training import HeadTrainConfig, problem, run
 from simulate.store import RunStore, load
 from simulate.train import seed_streams
 
-SMALL = {"heads": 2, "blocks": (1, 1), "window": 6, "m": 1.7, "lr": 0.01, "steps": 600, "chunk": 200,
-             "log_every": 50, "seeds": 2, "quiet": True}
+SMALL = {
+    "heads": 2,
+    "blocks": (1, 1),
+    "window": 6,
+    "m": 1.7,
+    "lr": 0.01,
+    "steps": 600,
+    "chunk": 200,
+    "log_every": 50,
+    "seeds": 2,
+    "quiet": True,
+}
 
 
 def cfg_(tmp_path, name, **kw):
@@ -69,8 +79,7 @@ def test_resume_after_a_crash_between_append_and_checkpoint(tmp_path, monkeypatc
     assert (step, rows) == (200, 5)
     summary = json.loads((tmp_path / "crash" / "summary.json").read_text())
     assert summary["status"] == "failed"
-    resumed = HeadTrainConfig(**{**SMALL, "out": tmp_path / "crash",
-                                 "resume": tmp_path / "crash"})
+    resumed = HeadTrainConfig(**{**SMALL, "out": tmp_path / "crash", "resume": tmp_path / "crash"})
     ds, _ = load(run(resumed))
     for v in full.data_vars:
         np.testing.assert_array_equal(ds[v].values, full[v].values)
@@ -130,8 +139,17 @@ def test_progress_bar_shows_steps_and_loss(tmp_path, capsys):
 
 
 def test_stage_summary_beside_the_theory(tmp_path):
-    cfg = HeadTrainConfig(heads=3, window=40, m=1.7, steps=20000, chunk=5000, log_every=100,
-                          seeds=2, quiet=True, out=tmp_path / "stages")
+    cfg = HeadTrainConfig(
+        heads=3,
+        window=40,
+        m=1.7,
+        steps=20000,
+        chunk=5000,
+        log_every=100,
+        seeds=2,
+        quiet=True,
+        out=tmp_path / "stages",
+    )
     summary = json.loads((run(cfg) / "summary.json").read_text())
     first, second = summary["stages"][:2]
     assert first["measured_over_predicted"] == pytest.approx(1.0, abs=0.05)

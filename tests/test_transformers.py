@@ -10,9 +10,9 @@ import numpy as np
 import optax
 import pytest
 
-from simulate.full_transformer import FullTransformer
-from simulate.markov_training import head_asymmetry
-from simulate.minimal_transformer import init_minimal
+from simulate.incremental.full_transformer import FullTransformer
+from simulate.incremental.markov_training import head_asymmetry
+from simulate.incremental.minimal_transformer import init_minimal
 
 VOCAB, N = 6, 9
 TOKENS = jnp.asarray([1, 2, 3, 4, 5, 0, 1, 2, 3])
@@ -22,9 +22,18 @@ def make(kind: str, layers: int, context=None, query_scale=None, seed=0):
     key = jax.random.PRNGKey(seed)
     if kind == "minimal":
         return init_minimal(key, 2, VOCAB, N, query_scale, layers=layers, context=context)
-    return FullTransformer(VOCAB, key=key, layers=layers, heads=3, width=12, mlp=8,
-                           max_length=N, context=context, query_scale=query_scale,
-                           dtype=jnp.float64)
+    return FullTransformer(
+        VOCAB,
+        key=key,
+        layers=layers,
+        heads=3,
+        width=12,
+        mlp=8,
+        max_length=N,
+        context=context,
+        query_scale=query_scale,
+        dtype=jnp.float64,
+    )
 
 
 MODELS = list(itertools.product(["minimal", "full"], [1, 2]))
@@ -74,8 +83,9 @@ def test_context_window_reads_only_the_last_c_tokens(kind, layers):
     model = make(kind, layers, context=c)
     out = model(TOKENS)[t]
     for s in range(t - c + 1):  # positions s <= t - c: lags > c of the token t predicts
-        np.testing.assert_allclose(model(TOKENS.at[s].set((TOKENS[s] + 1) % VOCAB))[t], out,
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            model(TOKENS.at[s].set((TOKENS[s] + 1) % VOCAB))[t], out, atol=1e-12
+        )
     for s in range(t - c + 1, t + 1):
         assert not np.allclose(model(TOKENS.at[s].set((TOKENS[s] + 1) % VOCAB))[t], out)
     # without the window the oldest token does matter
@@ -154,7 +164,13 @@ def test_full_model_dropout_only_with_a_key():
     assert not np.allclose(a, b)
     np.testing.assert_array_equal(model(TOKENS), model(TOKENS))
     np.testing.assert_array_equal(model(TOKENS, key=jax.random.PRNGKey(1)), a)
-    no_dropout = FullTransformer(VOCAB, key=jax.random.PRNGKey(0), width=12, mlp=8,
-                                 max_length=N, dropout=0.0, dtype=jnp.float64)
-    np.testing.assert_array_equal(no_dropout(TOKENS, key=jax.random.PRNGKey(1)),
-                                  no_dropout(TOKENS))
+    no_dropout = FullTransformer(
+        VOCAB,
+        key=jax.random.PRNGKey(0),
+        width=12,
+        mlp=8,
+        max_length=N,
+        dropout=0.0,
+        dtype=jnp.float64,
+    )
+    np.testing.assert_array_equal(no_dropout(TOKENS, key=jax.random.PRNGKey(1)), no_dropout(TOKENS))

@@ -1,11 +1,11 @@
-"""The competitive plateau against the vertex law of theory.head_stages (replicator metric)."""
+"""The competitive plateau against the vertex law of theory.incremental.stages (replicator metric)."""
 
 import numpy as np
 import pytest
 
-from simulate.head_ode import solve
-from theory.head_stages import predict_stages
-from theory.heads import HeadSetting
+from simulate.incremental.head_ode import solve
+from theory.incremental.heads import HeadSetting
+from theory.incremental.stages import predict_stages
 
 EPS = (1e-3, 1e-6, 1e-9, 1e-12)
 
@@ -43,8 +43,8 @@ def test_stage_one_time_matches_the_early_time_integral(delays):
 def test_lumped_symmetric_system_predicts_the_stage_one_event(metric, t_max):
     """The lumped system drops only the weaker blocks, whose drive is (m_2/m_1)^2 = 1/m^2 of the
     lead block's: at m = 2 the predicted mass-1/2 time is within a few percent of the full ODE."""
-    from simulate.lumped_escape import lumped_escape_time
-    from simulate.stages import lead_mass_time
+    from simulate.incremental.lumped_escape import lumped_escape_time
+    from simulate.measure.stages import lead_mass_time
 
     setting = HeadSetting(m=2.0, metric=metric)
     batch = solve(setting, [1e-6], [0], t_max, n_save=1500)

@@ -1,0 +1,217 @@
+"""Figure clustering-head-attention: does attention migrate to the first k positions? (spec
+clustering_head.md §7 clustering-head-attention, §5.1).
+
+Seeds of the clustering-head experiment (paper defaults: p = 2, L = 12, k = 5, Adam 3e-3, batch 32).
+Drawn: (a)-(b) the attention a_t of the probe inputs of one class (label 1) at epoch 0 and at the
+final epoch, for the shown seed (the successful seed with the highest final A_k, else the seed with
+the highest final A_k), with the boundary after position k; (c) the first-block attention mass
+A_k = sum_{t<=k} a_t (test mean) against the epoch, mean +- std over seeds and each seed thin
+(successful seeds solid), with the clustering-head condition A_k = 1 (a_t = 1/k on the first block,
+§5.1) and the uniform level k/L.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from simulate.clustering_head.task import histograms
+from simulate.clustering_head.training import SUCCESS_ACCURACY, ClusteringConfig
+from simulate.clustering_head.training import run as train_run
+from simulate.store import load
+from theory.validation import require
+
+FIGURE_ID = "clustering-head-attention"
+SHOWN_CLASS = 1
+"""the class whose probe inputs are drawn."""
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Seeds of the clustering-head experiment (default: the paper's 1000 epochs, 16 seeds)."""
+
+    seeds: int = 16
+    """training seeds, vmapped."""
+    seed: int = 0
+    """first seed."""
+    epochs: int = 1000
+    """epochs of 64 steps (batch 32, n = 2048)."""
+    quick: bool = False
+    """CPU-sized: 8 seeds, 200 epochs."""
+    out: Path = Path("runs")
+    """output directory."""
+    replot: bool = False
+    """redraw from the stored run; nothing is recomputed."""
+    quiet: bool = False
+    """no progress bar."""
+
+    def __post_init__(self):
+        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
+        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        require(
+            self.epochs >= 10 and self.epochs % 10 == 0,
+            "epochs",
+            self.epochs,
+            "a multiple of 10, >= 10",
+        )
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+    def training(self) -> ClusteringConfig:
+        seeds, epochs = (8, 200) if self.quick else (self.seeds, self.epochs)
+        return ClusteringConfig(
+            seeds=seeds,
+            seed=self.seed,
+            epochs=epochs,
+            epochs_per_chunk=epochs // 10 if epochs % 10 == 0 else epochs,
+            hessian_iterations=0,
+            quiet=self.quiet,
+            out=self.run_dir() / "training",
+        )
+
+
+def shown_seed(final_mass: np.ndarray, success: np.ndarray) -> int:
+    """Index of the seed drawn in (a)-(b): the successful seed with the highest final A_k, else the
+    seed with the highest final A_k."""
+    score = np.where(success, final_mass, final_mass - 10.0)
+    return int(np.argmax(score))
+
+
+def compute(cfg: AttentionConfig) -> tuple[xr.Dataset, dict]:
+    tcfg = cfg.training()
+    ds, _ = load(train_run(tcfg))
+    spe = tcfg.steps_per_epoch
+    mass = ds["attention_mass"].values
+    acc = ds["test_accuracy"].values
+    success = acc[:, -1] > SUCCESS_ACCURACY
+    shown = shown_seed(mass[:, -1], success)
+    hist = histograms(tcfg.sparsity, tcfg.modulus)
+    probe_label = np.array(
+        [
+            sum(i * n for i, n in enumerate(hist[h])) % tcfg.modulus
+            for h in ds["probe_histogram"].values
+        ]
+    )
+    probe = ds["probe_attention"].isel(seed=shown, step=[0, -1]).values  # (2, probe, position)
+    epochs = ds["step"].values // spe
+    data = xr.Dataset(
+        {
+            "attention_mass": (("seed", "epoch"), mass),
+            "test_accuracy": (("seed", "epoch"), acc),
+            "probe_attention": (("frame", "probe", "position"), probe),
+        },
+        coords={
+            "seed": ds["seed"].values,
+            "epoch": epochs,
+            "frame": [int(epochs[0]), int(epochs[-1])],
+            "probe": ds["probe"].values,
+            "probe_label": ("probe", probe_label),
+            "position": ds["position"].values,
+        },
+    )
+    k, L = tcfg.sparsity, tcfg.length
+    summary = {
+        "success_rule": f"final test accuracy > {SUCCESS_ACCURACY}",
+        "epochs": tcfg.total_epochs,
+        "seeds": tcfg.seeds,
+        "sparsity": k,
+        "length": L,
+        "uniform_mass": k / L,
+        "clustering_head_mass": 1.0,
+        "shown_seed": int(ds["seed"].values[shown]),
+        "shown_seed_rule": "successful seed with the highest final A_k, else highest final A_k",
+        "success_per_seed": success.tolist(),
+        "success_rate": float(success.mean()),
+        "initial_mass_per_seed": mass[:, 0],
+        "final_mass_per_seed": mass[:, -1],
+        "final_test_accuracy_per_seed": acc[:, -1],
+        "mean_final_mass_successful": float(mass[success, -1].mean())
+        if success.any()
+        else float("nan"),
+        "mean_final_mass_failed": float(mass[~success, -1].mean())
+        if (~success).any()
+        else float("nan"),
+        "shown_class": SHOWN_CLASS,
+        "shown_probe_first_block_mass": [
+            float(probe[f][probe_label == SHOWN_CLASS][:, :k].sum(1).mean()) for f in range(2)
+        ],
+    }
+    return data, summary
+
+
+def plot(data: xr.Dataset, summary: dict):
+    k, L = summary["sparsity"], summary["length"]
+    fig = plt.figure(figsize=(15, 4.4))
+    grid = fig.add_gridspec(1, 3, width_ratios=(1, 1, 1.4))
+    rows = data["probe_label"].values == summary["shown_class"]
+    top = float(data["probe_attention"].values[:, rows].max())  # one colour scale for both frames
+    for f in range(2):
+        ax = fig.add_subplot(grid[0, f])
+        im = ax.imshow(
+            data["probe_attention"].values[f][rows],
+            aspect="auto",
+            cmap="viridis",
+            vmin=0,
+            vmax=top,
+            extent=(0.5, L + 0.5, rows.sum() - 0.5, -0.5),
+        )
+        ax.axvline(k + 0.5, color="w", ls="--")
+        ax.set(
+            xlabel="position t",
+            ylabel=f"probe input (class {summary['shown_class']})",
+            title=f"attention a_t, epoch {int(data['frame'].values[f])} "
+            f"(seed {summary['shown_seed']})",
+        )
+        fig.colorbar(im, ax=ax, label="a_t")
+    ax = fig.add_subplot(grid[0, 2])
+    epoch = data["epoch"].values
+    mass = data["attention_mass"].values
+    for s, ok in enumerate(summary["success_per_seed"]):
+        ax.plot(
+            epoch, mass[s], color="C2" if ok else "C3", lw=0.7, alpha=0.6, ls="-" if ok else ":"
+        )
+    mean, std = mass.mean(0), mass.std(0)
+    ax.plot(epoch, mean, color="k", lw=2, label=f"mean over {mass.shape[0]} seeds")
+    ax.fill_between(epoch, mean - std, mean + std, color="k", alpha=0.15, label="+- std")
+    ax.plot([], [], color="C2", lw=0.7, label="successful seed")
+    ax.plot([], [], color="C3", lw=0.7, ls=":", label="failed seed")
+    ax.axhline(1.0, color="C0", ls="--", label="clustering head: A_k = 1")
+    ax.axhline(k / L, color="gray", ls="--", label=f"uniform: k/L = {k / L:.3g}")
+    ax.set(
+        xlabel="epoch (64 steps)",
+        ylabel="A_k, first-block attention mass",
+        ylim=(0, 1.05),
+        title="attention on the first k positions (test mean)",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def report(summary: dict) -> str:
+    rows = [
+        [i, ok, a, m0, m1]
+        for i, (ok, a, m0, m1) in enumerate(
+            zip(
+                summary["success_per_seed"],
+                summary["final_test_accuracy_per_seed"],
+                summary["initial_mass_per_seed"],
+                summary["final_mass_per_seed"],
+            )
+        )
+    ]
+    return (
+        format_table(["seed", "success", "final test acc", "A_k epoch 0", "A_k final"], rows)
+        + f"\nsuccess rate {summary['success_rate']:.3g} after {summary['epochs']} epochs; "
+        f"uniform A_k = {summary['uniform_mass']:.3g}, clustering head A_k = 1"
+    )
+
+
+def run(cfg: AttentionConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)

@@ -1,0 +1,522 @@
+"""Figure clustering-head-loss-spike: loss spikes while fine-tuning p = 2 -> p = 3 (spec
+clustering_head.md §7 clustering-head-loss-spike, §5.4).
+
+Every seed (V_e = 3, paper defaults) is trained on p = 2 and then fine-tuned on p = 3 from its final
+weights, logging once per epoch the training loss, the full training-set gradient norm, min_x ||xi||,
+the top Hessian eigenvalue lambda_1(H) (raw sharpness, GD threshold 2 / lr) and Adam's
+preconditioned sharpness lambda_1(P^{-1} H) (threshold 38 / lr); --quick pre-trains from the
+paper's ideal init and fine-tunes at lr 3e-2 (``QUICK``); stored complete runs are reused. Spikes
+are detected by the rule of ``simulate.measure.spikes`` (loss(e) > factor x loss(e - 1)), and for
+every spike of every seed the coincidences at / just before it are counted: a min ||xi|| dip, a
+sharpness jump, a gradient-norm burst; the same rules applied to every non-spike epoch of the seeds
+with a spike give the base rates.
+
+Drawn: (a) for the seed of the shown spike (the earliest onset over all seeds), stacked on one epoch
+axis: training loss (log), gradient norm, min ||xi|| with the §5.4 curvature bound
+sqrt(d) / min ||xi|| = max ||dN/dxi||_op, raw sharpness with 2 / lr and preconditioned sharpness with
+38 / lr; (b) probe sequence embeddings xi over the decision regions at the epochs before, at and
+after the spike; (c) quivers of the change of N(xi) = sqrt(d) xi / ||xi|| and of the FFN output
+h(xi) of every probe input between consecutive epochs across the spike; (d) the measured
+||Delta N(xi)|| against the §5.4 linearised bound sqrt(d) ||Delta xi|| / ||xi||. Without any
+detected spike the figure says so and (b)-(d) stay empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+from matplotlib.colors import ListedColormap
+
+from figures.clustering_head.ablations import train_point
+from figures.clustering_head.finetune import FinetuneConfig
+from figures.core.output import figure_dir, format_table, run_figure
+from simulate.clustering_head.model import ClusteringHead, rms_norm
+from simulate.clustering_head.task import histograms
+from simulate.clustering_head.training import ADAM_B1, WEIGHTS, ClusteringConfig, model_at
+from simulate.measure.spikes import (
+    AT_OR_BEFORE,
+    BEFORE,
+    SpikeRule,
+    bursts,
+    detect_spikes,
+    dips,
+    stability_threshold,
+)
+from simulate.store import load
+from theory.validation import require
+
+FIGURE_ID = "clustering-head-loss-spike"
+SERIES = (
+    "train_loss",
+    "gradient_norm",
+    "min_embedding_norm",
+    "curvature_bound",
+    "hessian_top",
+    "preconditioned_sharpness",
+)
+"""the logged per-epoch observables of the fine-tuning run kept by the figure."""
+FLAGS = (
+    "min_norm_dip",
+    "preconditioned_sharpness_jump",
+    "raw_sharpness_jump",
+    "dip_and_sharpness_jump",
+    "gradient_burst",
+)
+"""the coincidence flags of a spike (``simulate.measure.spikes`` rules)."""
+QUICK = {
+    "seeds": 8,
+    "pretrain_epochs": 60,
+    "epochs": 100,
+    "hessian_iterations": 10,
+    "pretrain_init": "ideal",
+    "lr": 3e-2,
+}
+"""--quick: fewer seeds, epochs and power-iteration steps; the p = 2 head from the paper's ideal
+init (which learns p = 2 within tens of epochs on CPU) and fine-tuning at lr 3e-2 (in the paper's
+lr grid [1e-4, 1]), where spikes occur within 100 epochs."""
+
+
+@dataclass(frozen=True)
+class LossSpikeConfig(FinetuneConfig):
+    """Fine-tune p = 2 -> p = 3 with the sharpness logged every epoch; detect spikes (default: the
+    paper's 1000 + 1000 epochs, the spec's 16 seeds)."""
+
+    hessian_iterations: int = 20
+    """power-iteration steps of each sharpness estimate."""
+    factor: float = 3.0
+    """spike rule: training loss(e) > factor x loss(e - 1)."""
+    window: int = 20
+    """epochs of the baseline median before a spike."""
+    dip_fraction: float = 0.5
+    """min ||xi|| dip: below this fraction of its baseline."""
+    jump_factor: float = 2.0
+    """sharpness jump / gradient-norm burst: above this multiple of the baseline."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(
+            self.hessian_iterations >= 1,
+            "hessian_iterations",
+            self.hessian_iterations,
+            "an integer >= 1",
+        )
+        self.rule()
+
+    def rule(self) -> SpikeRule:
+        return SpikeRule(self.factor, self.window, self.dip_fraction, self.jump_factor)
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+    def plan(self) -> dict:
+        return (
+            dict(QUICK)
+            if self.quick
+            else {**super().plan(), "hessian_iterations": self.hessian_iterations}
+        )
+
+    def finetuning(self) -> ClusteringConfig:
+        """p = 3 from the stored pretraining run, with both sharpnesses logged every epoch."""
+        plan = self.plan()
+        return replace(
+            self.arm("finetune"),
+            hessian_iterations=plan["hessian_iterations"],
+            preconditioned_sharpness=True,
+        )
+
+
+def spike_table(
+    series: dict[str, np.ndarray], rule: SpikeRule, lr: float, beta1: float = ADAM_B1
+) -> list[dict]:
+    """Every spike of every seed (rows of the arrays in ``series``) with its observables at e - 1
+    and e and the coincidence flags of ``simulate.measure.spikes``."""
+    gd, adam = stability_threshold(lr), stability_threshold(lr, beta1)
+    rows = []
+    for s, loss in enumerate(series["train_loss"]):
+        onsets = detect_spikes(loss, rule.factor)
+        one = {k: v[s] for k, v in series.items()}
+        flags = _flags(one, onsets, rule, gd, adam, AT_OR_BEFORE)
+        early = _flags(one, onsets, rule, gd, adam, BEFORE)
+        for i, e in enumerate(onsets):
+            row = {"seed_index": s, "onset": int(e), "loss_ratio": float(loss[e] / loss[e - 1])}
+            for name in SERIES:
+                row[f"{name}_before"] = float(series[name][s, e - 1])
+                row[f"{name}_at"] = float(series[name][s, e])
+            rows.append(
+                row
+                | {k: bool(v[i]) for k, v in flags.items()}
+                | {f"{k}_before": bool(v[i]) for k, v in early.items()}
+            )
+    return rows
+
+
+def _flags(one: dict[str, np.ndarray], onsets, rule: SpikeRule, gd: float, adam: float, offsets):
+    w, f = rule.window, rule.jump_factor
+    dip = dips(one["min_embedding_norm"], onsets, w, rule.dip_fraction, offsets)
+    jump = bursts(one["preconditioned_sharpness"], onsets, w, f, adam, offsets)
+    return {
+        "min_norm_dip": dip,
+        "preconditioned_sharpness_jump": jump,
+        "raw_sharpness_jump": bursts(one["hessian_top"], onsets, w, f, gd, offsets),
+        "dip_and_sharpness_jump": dip & jump,
+        "gradient_burst": bursts(one["gradient_norm"], onsets, w, f, np.inf, offsets),
+    }
+
+
+def base_rates(
+    series: dict[str, np.ndarray],
+    rule: SpikeRule,
+    lr: float,
+    beta1: float = ADAM_B1,
+    offsets=AT_OR_BEFORE,
+) -> dict[str, float]:
+    """The coincidence rules applied to every epoch e >= 2 that is not a spike onset, in the seeds
+    that have a spike (the same runs, so seeds stuck at chance do not dilute the control): how
+    often each flag fires without a spike."""
+    gd, adam = stability_threshold(lr), stability_threshold(lr, beta1)
+    hits: dict[str, list] = {k: [] for k in FLAGS}
+    for s, loss in enumerate(series["train_loss"]):
+        onsets = set(detect_spikes(loss, rule.factor).tolist())
+        if not onsets:
+            continue
+        quiet = np.array([e for e in range(2, len(loss)) if e not in onsets], int)
+        one = {k: v[s] for k, v in series.items()}
+        for k, v in _flags(one, quiet, rule, gd, adam, offsets).items():
+            hits[k].extend(v.tolist())
+    return {k: float(np.mean(v)) if v else float("nan") for k, v in hits.items()}
+
+
+def fractions(spikes: list[dict], suffix: str = "") -> dict[str, float]:
+    """Fraction of ``spikes`` with each coincidence flag (``suffix`` "_before": read at e - 1
+    alone); NaN without spikes."""
+    return {
+        k: float(np.mean([r[k + suffix] for r in spikes])) if spikes else float("nan")
+        for k in FLAGS
+    }
+
+
+def _probe_frames(ds, seed: int, frames: list[int]) -> dict[str, np.ndarray]:
+    xi = ds["probe_embedding"].values[seed, frames]
+    ffn = np.stack(
+        [
+            np.asarray(jax.vmap(model_at(ds, seed, f).ffn)(jnp.asarray(x)))
+            for f, x in zip(frames, xi)
+        ]
+    )
+    return {
+        "probe_embedding": xi,
+        "probe_direction": np.asarray(rms_norm(jnp.asarray(xi))),
+        "probe_ffn_output": ffn,
+    }
+
+
+def compute(cfg: LossSpikeConfig) -> tuple[xr.Dataset, dict]:
+    train_point(cfg.pretraining())
+    tcfg = cfg.finetuning()
+    ds, _ = load(train_point(tcfg))
+    rule = cfg.rule()
+    epochs = ds["step"].values // tcfg.steps_per_epoch
+    series = {name: ds[name].values for name in SERIES}
+    spikes = spike_table(series, rule, tcfg.lr)
+    for row in spikes:
+        row["seed"] = int(ds["seed"].values[row["seed_index"]])
+    shown = min(spikes, key=lambda r: (r["onset"], r["seed_index"])) if spikes else None
+    s = shown["seed_index"] if shown else 0
+    table = histograms(tcfg.sparsity, tcfg.modulus)
+    probe_label = [
+        sum(a * n for a, n in enumerate(table[h])) % tcfg.modulus
+        for h in ds["probe_histogram"].values
+    ]
+    data = xr.Dataset(
+        {name: (("epoch",), series[name][s]) for name in SERIES},
+        coords={
+            "epoch": epochs,
+            "probe": ds["probe"].values,
+            "probe_label": ("probe", probe_label),
+        },
+    )
+    if shown:
+        e = shown["onset"]
+        frames = [e - 1, e, min(e + 1, len(epochs) - 1)]
+        weights = ds[list(WEIGHTS)].isel(seed=s, step=frames).rename(step="frame")
+        weights = weights.drop_vars(["seed", "frame"], errors="ignore")
+        probes = _probe_frames(ds, s, frames)
+        data = (
+            data.assign({n: weights[n] for n in WEIGHTS})
+            .assign({n: (("frame", "probe", "dim"), v) for n, v in probes.items()})
+            .assign_coords(frame=[int(epochs[f]) for f in frames])
+        )
+    per_seed = [sum(r["seed_index"] == i for r in spikes) for i in range(ds.sizes["seed"])]
+    summary = {
+        "spike_rule": f"epoch e is a spike epoch when train loss(e) > {rule.factor} x loss(e-1); "
+        "consecutive spike epochs merged into the first (onset)",
+        "coincidence_rules": {
+            "window": "observables read at e-1 and e; baseline = median over the "
+            f"{rule.window} epochs before e-1",
+            "min_norm_dip": f"min ||xi|| < {rule.dip_fraction} x baseline",
+            "preconditioned_sharpness_jump": f"lambda_1(P^-1 H) > 38/lr or > {rule.jump_factor} "
+            "x baseline",
+            "raw_sharpness_jump": f"lambda_1(H) > 2/lr or > {rule.jump_factor} x baseline",
+            "gradient_burst": f"||grad|| > {rule.jump_factor} x baseline",
+        },
+        "seeds": tcfg.seeds,
+        "pretrain_epochs": cfg.pretraining().total_epochs,
+        "epochs": tcfg.total_epochs,
+        "lr": tcfg.lr,
+        "dim": tcfg.dim,
+        "pretrain_init": cfg.pretraining().init,
+        "pretrain_lr": cfg.pretraining().lr,
+        "hessian_iterations": tcfg.hessian_iterations,
+        "gd_threshold": stability_threshold(tcfg.lr),
+        "adam_threshold": stability_threshold(tcfg.lr, ADAM_B1),
+        "spike_count": len(spikes),
+        "spikes_per_seed": per_seed,
+        "seeds_with_spikes": int(sum(c > 0 for c in per_seed)),
+        "spikes": spikes,
+        "coincidence_fractions": fractions(spikes),
+        "base_rates": base_rates(series, rule, tcfg.lr),
+        "precursor_fractions": fractions(spikes, "_before"),
+        "precursor_base_rates": base_rates(series, rule, tcfg.lr, offsets=BEFORE),
+        "shown_spike": shown,
+        "shown_seed": int(ds["seed"].values[s]),
+        "shown_rule": "the spike with the earliest onset over all seeds (then the lowest seed)",
+        "max_preconditioned_sharpness_over_threshold": float(
+            np.nanmax(series["preconditioned_sharpness"]) / stability_threshold(tcfg.lr, ADAM_B1)
+        ),
+        "max_raw_sharpness_over_threshold": float(
+            np.nanmax(series["hessian_top"]) / stability_threshold(tcfg.lr)
+        ),
+    }
+    return data, summary
+
+
+def _regions(ax, model: ClusteringHead, xi, classes, title):
+    lo, hi = xi.min(0) - 0.3, xi.max(0) + 0.3
+    gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], 100), np.linspace(lo[1], hi[1], 100))
+    logits = jax.vmap(lambda v: model.token @ model.ffn(v))(jnp.stack([gx.ravel(), gy.ravel()], 1))
+    prob = np.asarray(jax.nn.softmax(logits))[:, :3]
+    ax.contourf(
+        gx,
+        gy,
+        prob.argmax(1).reshape(gx.shape),
+        levels=np.arange(4) - 0.5,
+        cmap=ListedColormap(["C0", "C1", "C2"]),
+        alpha=0.18,
+    )
+    ax.contour(gx, gy, prob.max(1).reshape(gx.shape), levels=[0.5, 0.9], colors="k", linewidths=0.6)
+    for c in range(3):
+        ax.scatter(
+            *xi[classes == c].T, s=14, c=f"C{c}", edgecolors="k", lw=0.3, label=f"probes, class {c}"
+        )
+    ax.scatter(0, 0, marker="+", c="k", s=60, label="origin")
+    ax.set(xlabel="xi_1", ylabel="xi_2", title=title)
+
+
+def _series_panels(fig, grid, data: xr.Dataset, summary: dict) -> None:
+    epoch = data["epoch"].values
+    onset = summary["shown_spike"]["onset"] if summary["shown_spike"] else None
+    spec = [
+        ("train_loss", "training loss (nats)", None, None),
+        ("gradient_norm", "||grad|| (train set)", None, None),
+        (
+            "min_embedding_norm",
+            "min_x ||xi(x)||",
+            "curvature_bound",
+            "sqrt(d) / min ||xi|| (§5.4 bound on ||dN/dxi||)",
+        ),
+        ("hessian_top", "sharpness", "preconditioned_sharpness", None),
+    ]
+    axes = []
+    for row, (name, label, extra, extra_label) in enumerate(spec):
+        ax = fig.add_subplot(grid[row, 0], sharex=axes[0] if axes else None)
+        axes.append(ax)
+        if name == "hessian_top":
+            ax.plot(epoch, np.abs(data[name]), color="C0", label="raw lambda_1(H) (abs)")
+            ax.axhline(summary["gd_threshold"], color="C0", ls="--", label="GD threshold 2/lr")
+            ax.plot(
+                epoch,
+                np.abs(data[extra]),
+                color="C3",
+                label="preconditioned lambda_1(P^-1 H) (abs)",
+            )
+            ax.axhline(summary["adam_threshold"], color="C3", ls="--", label="Adam threshold 38/lr")
+        else:
+            ax.plot(epoch, data[name], color="k", label=label)
+            if extra:
+                twin = ax.twinx()
+                twin.plot(epoch, data[extra], color="C1", lw=0.8, label=extra_label)
+                twin.set(yscale="log", ylabel="sqrt(d)/min ||xi||")
+                twin.legend(fontsize=6, loc="upper right")
+        ax.set(yscale="log", ylabel=label)
+        if onset is not None:
+            ax.axvline(epoch[onset], color="r", ls=":", lw=1)
+        ax.legend(fontsize=6, loc="upper left")
+    axes[0].set_title(
+        f"(a) seed {summary['shown_seed']} fine-tuned on p = 3"
+        + (f", spike at epoch {epoch[onset]}" if onset is not None else ": no spike detected")
+    )
+    axes[-1].set_xlabel("fine-tuning epoch (64 steps)")
+
+
+def plot(data: xr.Dataset, summary: dict):
+    fig = plt.figure(figsize=(22, 13))
+    grid = fig.add_gridspec(4, 4, width_ratios=(1.6, 1, 1, 1))
+    _series_panels(fig, grid, data, summary)
+    if not summary["shown_spike"]:
+        ax = fig.add_subplot(grid[:, 1:])
+        ax.axis("off")
+        ax.text(
+            0.5,
+            0.5,
+            f"no loss spike detected in {summary['seeds']} seeds x "
+            f"{summary['epochs']} fine-tuning epochs\n(rule: "
+            f"{summary['spike_rule']})",
+            ha="center",
+            va="center",
+            fontsize=13,
+            wrap=True,
+        )
+        fig.tight_layout()
+        return fig
+    frames = data["frame"].values
+    classes = data["probe_label"].values
+    xi = data["probe_embedding"].values
+    for f in range(3):
+        ax = fig.add_subplot(grid[0:2, 1 + f])
+        model = model_at(data[list(WEIGHTS)].isel(frame=f).expand_dims(seed=[0], step=[0]), 0, 0)
+        _regions(ax, model, xi[f], classes, f"(b) epoch {frames[f]}: probe xi, decision regions")
+        if f == 0:
+            ax.legend(fontsize=6)
+    quivers = (
+        ("probe_direction", "(c) change of N(xi) (circle of radius sqrt 2)"),
+        ("probe_ffn_output", "(c) change of the FFN output h(xi)"),
+    )
+    for col, (name, title) in enumerate(quivers):
+        ax = fig.add_subplot(grid[2:4, 1 + col])
+        v = data[name].values
+        for f, ls in ((0, "C4"), (1, "C5")):
+            ax.quiver(
+                *v[f].T,
+                *(v[f + 1] - v[f]).T,
+                angles="xy",
+                scale_units="xy",
+                scale=1,
+                color=ls,
+                width=0.004,
+                alpha=0.8,
+                label=f"epoch {frames[f]} -> {frames[f + 1]}",
+            )
+        ax.scatter(*v[0].T, s=8, c=[f"C{c}" for c in classes])
+        if name == "probe_direction":
+            ax.add_patch(
+                plt.Circle((0, 0), np.sqrt(summary["dim"]), fill=False, ls=":", color="gray")
+            )
+            ax.set(aspect="equal")
+        ax.set(xlabel="component 1", ylabel="component 2", title=title)
+        ax.legend(fontsize=7)
+    ax = fig.add_subplot(grid[2:4, 3])
+    moved = np.linalg.norm(np.diff(data["probe_direction"].values, axis=0), axis=-1)
+    step = np.linalg.norm(np.diff(xi, axis=0), axis=-1)
+    bound = np.sqrt(summary["dim"]) * step / np.linalg.norm(xi[:-1], axis=-1)
+    for f, c in ((0, "C4"), (1, "C5")):
+        ax.scatter(bound[f], moved[f], s=10, c=c, label=f"epoch {frames[f]} -> {frames[f + 1]}")
+    lim = [
+        max(1e-4, float(np.nanmin([bound.min(), moved.min()]))),
+        float(np.nanmax([bound.max(), moved.max()])),
+    ]
+    ax.plot(lim, lim, "k--", label="§5.4: sqrt(d) ||Delta xi|| / ||xi||")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sqrt(d) ||Delta xi|| / ||xi|| (linearised bound)",
+        ylabel="measured ||Delta N(xi)||",
+        title="(d) rotation of N(xi) vs §5.4 curvature",
+    )
+    ax.legend(fontsize=7)
+    fractions_text = ", ".join(f"{k} {v:.2f}" for k, v in summary["coincidence_fractions"].items())
+    fig.suptitle(
+        f"{summary['spike_count']} spikes in {summary['seeds']} seeds; fractions with "
+        f"{fractions_text}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def report(summary: dict) -> str:
+    keys = list(summary["coincidence_fractions"])
+    rows = [
+        [
+            k,
+            summary["coincidence_fractions"][k],
+            summary["base_rates"][k],
+            summary["precursor_fractions"][k],
+            summary["precursor_base_rates"][k],
+        ]
+        for k in keys
+    ]
+    spikes = [
+        [
+            r["seed"],
+            r["onset"],
+            r["loss_ratio"],
+            r["gradient_norm_before"],
+            r["min_embedding_norm_before"],
+            r["min_embedding_norm_at"],
+            r["hessian_top_before"],
+            r["preconditioned_sharpness_before"],
+            r["preconditioned_sharpness_at"],
+        ]
+        for r in summary["spikes"]
+    ]
+    head = (
+        f"{summary['spike_count']} spikes ({summary['spike_rule']}) in {summary['seeds']} seeds "
+        f"x {summary['epochs']} fine-tuning epochs at lr {summary['lr']:.3g} (p = 2: "
+        f"{summary['pretrain_epochs']} epochs, {summary['pretrain_init']} init); 2/lr = "
+        f"{summary['gd_threshold']:.4g}, 38/lr = {summary['adam_threshold']:.4g}"
+    )
+    table = (
+        format_table(
+            [
+                "seed",
+                "onset",
+                "loss ratio",
+                "||grad|| e-1",
+                "min||xi|| e-1",
+                "min||xi|| e",
+                "lambda(H) e-1",
+                "lambda(P^-1H) e-1",
+                "lambda(P^-1H) e",
+            ],
+            spikes,
+        )
+        if spikes
+        else "(no spike detected)"
+    )
+    return (
+        head
+        + "\n"
+        + table
+        + "\n"
+        + format_table(
+            [
+                "coincidence",
+                "spikes (e-1 or e)",
+                "base rate (e-1 or e)",
+                "spikes (e-1 only)",
+                "base rate (e-1 only)",
+            ],
+            rows,
+        )
+        + "\nbase rates: the same rules at every non-spike epoch of the seeds with a spike"
+    )
+
+
+def run(cfg: LossSpikeConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)

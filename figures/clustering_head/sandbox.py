@@ -1,0 +1,279 @@
+"""Figure clustering-head-sandbox: the visual sandbox (spec clustering_head.md §7
+clustering-head-sandbox, §5.1, §5.3).
+
+One seed of the clustering-head experiment (p = 2, V_e = 3, the §4 defaults, 1000 epochs). At each
+frame epoch (0, 10, 100, 1000) the paper's 4 x 4 panel grid (figures.clustering_head.sandbox_frame): E,
+P, E + P, Z = N(E + P); probe attention, V Z, the sequence embeddings xi by class with their first-k
+histogram clusters and the §5.1 ideal-head prediction, the level lines of xi -> p(y | xi); N(xi),
+the FFN receptors (rows of W_1) and emitters (columns of W_2), the FFN output h; the read-out level
+lines in h, softmax(E h) on the simplex, train/test loss and accuracy with the frame epoch marked.
+The static figure puts the frames side by side; the animation (every ``animation_every``-th stored
+epoch) goes into the run directory as clustering-head-sandbox.gif (Pillow), and .mp4 as well when
+ffmpeg is on the PATH. Every epoch's weights are stored with the figure, so --replot redraws both.
+The summary records, per frame epoch, test accuracy, train loss, the first-block attention mass
+A_k and the cluster quality Q of xi by first-k histogram (§5.3).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+from matplotlib.animation import FFMpegWriter, PillowWriter
+from tqdm.auto import tqdm
+
+from figures.clustering_head.sandbox_frame import (
+    SandboxContext,
+    draw_frame,
+)
+from figures.core.output import figure_dir, format_table, run_figure
+from simulate.clustering_head.model import ClusteringHead
+from simulate.clustering_head.task import draw_data, histogram_index, probe_set
+from simulate.clustering_head.training import (
+    SUCCESS_ACCURACY,
+    WEIGHTS,
+    ClusteringConfig,
+    cluster_quality,
+)
+from simulate.clustering_head.training import run as train_run
+from simulate.store import load
+from theory.clustering_head.symmetry import cluster_count
+from theory.validation import require
+
+FIGURE_ID = "clustering-head-sandbox"
+FRAME_SIZE = (12.0, 11.0)
+"""inches of one 4 x 4 frame."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """One seed, frames at selected epochs (paper: 1000 epochs, frames 0, 10, 100, 1000), and an
+    animation over the stored epochs."""
+
+    epochs: int = 1000
+    """epochs of 64 steps (a multiple of 10)."""
+    frames: tuple[int, ...] = (0, 10, 100, 1000)
+    """epochs drawn in the static figure, one 4 x 4 grid each (0 <= epoch <= epochs)."""
+    seed: int = 6
+    """training seed (6: a seed id that reaches test accuracy > 0.98 within 200 epochs; seed 0
+    stays at chance for 1000 epochs)."""
+    animation: bool = True
+    """write the animation (GIF; MP4 too when ffmpeg is on the PATH)."""
+    animation_every: int = 10
+    """animate every n-th epoch (epochs), plus the last."""
+    animation_fps: int = 6
+    """animation frames per second."""
+    animation_dpi: int = 70
+    """animation resolution (dots per inch of a 12 x 11 inch frame)."""
+    quick: bool = False
+    """CPU-sized: 200 epochs, frames 0, 10, 100, 200."""
+    out: Path = Path("runs")
+    """output directory."""
+    replot: bool = False
+    """redraw the figure and the animation from the stored data; nothing is recomputed."""
+    quiet: bool = False
+    """no progress bars."""
+
+    def __post_init__(self):
+        require(
+            self.epochs >= 10 and self.epochs % 10 == 0,
+            "epochs",
+            self.epochs,
+            "a multiple of 10, >= 10",
+        )
+        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        require(
+            len(self.frames) >= 1 and all(0 <= f <= self.epochs for f in self.frames),
+            "frames",
+            self.frames,
+            f"one or more epochs in [0, {self.epochs}]",
+        )
+        require(
+            self.animation_every >= 1,
+            "animation_every",
+            self.animation_every,
+            "an integer >= 1 (epochs)",
+        )
+        require(self.animation_fps >= 1, "animation_fps", self.animation_fps, "an integer >= 1")
+        require(
+            20 <= self.animation_dpi <= 300,
+            "animation_dpi",
+            self.animation_dpi,
+            "an integer in [20, 300]",
+        )
+
+    def plan(self) -> tuple[int, tuple[int, ...]]:
+        return (200, (0, 10, 100, 200)) if self.quick else (self.epochs, self.frames)
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+
+def animation_epochs(epochs: int, every: int) -> list[int]:
+    """0, every, 2 every, ... and the last epoch."""
+    return sorted({*range(0, epochs + 1, every), epochs})
+
+
+def model_at_epoch(data: xr.Dataset, epoch: int) -> ClusteringHead:
+    """The model whose weights the figure data hold at ``epoch``."""
+    return ClusteringHead(*(jnp.asarray(data[n].sel(epoch=epoch).values) for n in WEIGHTS))
+
+
+def _setting(summary: dict) -> ClusteringConfig:
+    return ClusteringConfig(
+        length=summary["length"],
+        sparsity=summary["sparsity"],
+        modulus=summary["modulus"],
+        train_size=summary["train_size"],
+        data_seed=summary["data_seed"],
+    )
+
+
+def context(data: xr.Dataset, summary: dict) -> SandboxContext:
+    setting = _setting(summary)
+    probe, probe_hist = probe_set(setting)
+    return SandboxContext(
+        train=np.asarray(draw_data(setting).train),
+        sparsity=setting.sparsity,
+        modulus=setting.modulus,
+        probe=probe,
+        probe_histogram=probe_hist,
+        epochs=data["epoch"].values,
+        train_loss=data["train_loss"].values,
+        test_loss=data["test_loss"].values,
+        train_accuracy=data["train_accuracy"].values,
+        test_accuracy=data["test_accuracy"].values,
+    )
+
+
+def compute(cfg: SandboxConfig) -> tuple[xr.Dataset, dict]:
+    epochs, frames = cfg.plan()
+    tcfg = ClusteringConfig(
+        seed=cfg.seed,
+        seeds=1,
+        epochs=epochs,
+        epochs_per_chunk=epochs // 10,
+        hessian_iterations=0,
+        quiet=cfg.quiet,
+        out=cfg.run_dir() / "training",
+    )
+    ds, _ = load(train_run(tcfg))
+    ds = ds.isel(seed=0, drop=True)
+    ds = (
+        ds.assign_coords(epoch=("step", ds["step"].values // tcfg.steps_per_epoch))
+        .swap_dims(step="epoch")
+        .drop_vars("step")
+    )
+    data = ds[["train_loss", "test_loss", "train_accuracy", "test_accuracy", *WEIGHTS]]
+    k, p = tcfg.sparsity, tcfg.modulus
+    train = draw_data(tcfg).train
+    groups = histogram_index(np.asarray(train), k, p)
+    quality = [
+        float(
+            cluster_quality(
+                np.asarray(jax.vmap(model_at_epoch(data, f).sequence_embedding)(train)), groups
+            )
+        )
+        for f in frames
+    ]
+    at = {"epoch": list(frames)}
+    final_acc = float(ds["test_accuracy"].values[-1])
+    summary = {
+        "seed": cfg.seed,
+        "epochs": epochs,
+        "frames": list(frames),
+        "animation_epochs": animation_epochs(epochs, cfg.animation_every),
+        "test_accuracy_at_frames": ds["test_accuracy"].sel(at).values,
+        "train_loss_at_frames": ds["train_loss"].sel(at).values,
+        "attention_mass_at_frames": ds["attention_mass"].sel(at).values,
+        "cluster_quality_at_frames": quality,
+        "cluster_quality_rule": "Q = mean over first-k histograms of the mean distance of "
+        "the training xi to their histogram centroid / mean distance "
+        "between histogram centroids (§5.3)",
+        "final_test_accuracy": final_acc,
+        "success_rule": f"test accuracy > {SUCCESS_ACCURACY}",
+        "success": final_acc > SUCCESS_ACCURACY,
+        "histogram_clusters": cluster_count(k, p),
+        "sparsity": k,
+        "modulus": p,
+        "length": tcfg.length,
+        "train_size": tcfg.train_size,
+        "data_seed": tcfg.data_seed,
+    }
+    return data, summary
+
+
+def plot(data: xr.Dataset, summary: dict):
+    """The frame epochs' 4 x 4 grids side by side, two per row."""
+    ctx = context(data, summary)
+    frames = summary["frames"]
+    cols = min(2, len(frames))
+    rows = math.ceil(len(frames) / cols)
+    fig = plt.figure(figsize=(FRAME_SIZE[0] * cols, FRAME_SIZE[1] * rows))
+    for sub, epoch in zip(fig.subfigures(rows, cols, squeeze=False).flat, frames):
+        draw_frame(sub, model_at_epoch(data, epoch), ctx, epoch)
+    return fig
+
+
+def animate(
+    data: xr.Dataset, summary: dict, out: Path, fps: int, dpi: int, quiet: bool = False
+) -> list[Path]:
+    """Write the sandbox over ``summary["animation_epochs"]`` as a GIF (and an MP4 when ffmpeg is on
+    the PATH) into ``out``; returns the paths written."""
+    ctx = context(data, summary)
+    writers = {out / f"{FIGURE_ID}.gif": PillowWriter(fps=fps)}
+    if shutil.which("ffmpeg"):
+        writers[out / f"{FIGURE_ID}.mp4"] = FFMpegWriter(fps=fps)
+    fig = plt.figure(figsize=FRAME_SIZE)
+    with ExitStack() as stack:
+        for path, writer in writers.items():
+            stack.enter_context(writer.saving(fig, path, dpi))
+        for epoch in tqdm(
+            summary["animation_epochs"], disable=quiet, unit="frame", desc="sandbox animation"
+        ):
+            fig.clear()
+            draw_frame(fig, model_at_epoch(data, epoch), ctx, epoch)
+            for writer in writers.values():
+                writer.grab_frame()
+    plt.close(fig)
+    return list(writers)
+
+
+def report(summary: dict) -> str:
+    rows = list(
+        zip(
+            summary["frames"],
+            summary["test_accuracy_at_frames"],
+            summary["train_loss_at_frames"],
+            summary["attention_mass_at_frames"],
+            summary["cluster_quality_at_frames"],
+        )
+    )
+    return (
+        format_table(
+            ["epoch", "test accuracy", "train loss (nats)", "A_k", "Q"], [list(r) for r in rows]
+        )
+        + f"\nseed {summary['seed']}: success ({summary['success_rule']}) = {summary['success']}; "
+        f"{summary['histogram_clusters']} first-k histograms; animation: "
+        f"{len(summary['animation_epochs'])} frames"
+    )
+
+
+def run(cfg: SandboxConfig) -> dict:
+    def plot_and_animate(data, summary):
+        if cfg.animation:
+            paths = animate(
+                data, summary, cfg.run_dir(), cfg.animation_fps, cfg.animation_dpi, cfg.quiet
+            )
+            print("wrote " + ", ".join(str(p) for p in paths))
+        return plot(data, summary)
+
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot_and_animate, report)

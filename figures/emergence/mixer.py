@@ -1,0 +1,160 @@
+"""Figure emergence-mixer: causal MLP-Mixer (solid) vs causal transformer (dashed) on the linear
+map mod 2 (authors' blog Fig. 6; spec emergence.md §7).
+
+Aggregate loss against the step (log x) for each sparsity s, mean over seeds, with the floor
+L_min(S) drawn. A fixed M is directly representable by the Mixer's token-mixing weights, so it
+needs no search over content-dependent attention patterns [derived].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from simulate.emergence import training as emergence_training
+from simulate.emergence.tasks import linear_map_floor
+from simulate.emergence.training import EmergenceConfig
+from simulate.store import load
+from theory.validation import require
+
+FIGURE_ID = "emergence-mixer"
+MODELS = ("mixer", "transformer")
+REACH_RULE = "steps to floor: first logged step with loss <= 1.05 L_min + 1e-3 nats (nan: never)"
+
+
+@dataclass(frozen=True)
+class MixerConfig(EmergenceConfig):
+    """Linear map S = 16, s in {3, 5, 7}, 10k steps, 3 seeds; Mixer and transformer."""
+
+    sparsities: tuple[int, ...] = (3, 5, 7)
+    """ones per row s of M, one pair of runs each."""
+    steps: int = 10_000
+    """optimizer steps per run."""
+    out: Path = Path("runs")
+    """output directory (the figure goes to OUT/emergence-mixer/)."""
+    quick: bool = False
+    """CPU-sized run: S = 8, s = 3, batch 64, lr 3e-3, 2000 steps, 2 seeds."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(self.task == "linear_map", "task", self.task, "linear_map (this figure)")
+        require(
+            len(self.sparsities) >= 1 and all(1 <= s <= self.S for s in self.sparsities),
+            "sparsities",
+            self.sparsities,
+            f"ones per row in 1..S = {self.S}",
+        )
+
+    def trainings(self) -> dict[tuple[str, int], EmergenceConfig]:
+        cfg = self.experiment()
+        sparsities = self.sparsities
+        if self.quick:
+            cfg = replace(cfg, S=8, batch=64, lr=3e-3, steps=2000, chunk=500, log_every=25, seeds=2)
+            sparsities = (3,)
+        return {
+            (m, s): replace(cfg, model=m, s=s, attention_bias=0.0, out=self.run_dir() / f"{m}-s{s}")
+            for s in sparsities
+            for m in MODELS
+        }
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+
+def steps_to_floor(steps, loss, floor: float) -> float:
+    """Per ``REACH_RULE`` for one loss curve."""
+    hit = np.nonzero(np.asarray(loss) <= 1.05 * floor + 1e-3)[0]
+    return float(np.asarray(steps)[hit[0]]) if hit.size else float("nan")
+
+
+def compute(cfg: MixerConfig) -> tuple[xr.Dataset, dict]:
+    runs = cfg.trainings()
+    sparsities = sorted({s for _, s in runs})
+    curves, steps, seeds = {}, None, None
+    for key, training in runs.items():
+        emergence_training.run(training)
+        ds, _ = load(training.out)
+        curves[key] = ds["loss"].values
+        steps, seeds = ds["step"].values, ds["seed"].values
+    S = next(iter(runs.values())).S
+    floor = linear_map_floor(S)
+    loss = np.stack([np.stack([curves[m, s] for s in sparsities]) for m in MODELS])
+    data = xr.Dataset(
+        {"loss": (("model", "s", "seed", "step"), loss)},
+        coords={"model": list(MODELS), "s": sparsities, "seed": seeds, "step": steps},
+    )
+    reach = [
+        [[steps_to_floor(steps, c, floor) for c in loss[i, j]] for j in range(len(sparsities))]
+        for i in range(len(MODELS))
+    ]
+    summary = {
+        "S": S,
+        "loss_floor": floor,
+        "models": list(MODELS),
+        "sparsities": sparsities,
+        "final_loss": loss[..., -1].mean(-1),
+        "final_loss_per_seed": loss[..., -1],
+        "reach_rule": REACH_RULE,
+        "steps_to_floor_per_seed": reach,
+        "runs": {f"{m}-s{s}": str(t.out) for (m, s), t in runs.items()},
+    }
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    rows = []
+    for j, s in enumerate(summary["sparsities"]):
+        for i, m in enumerate(summary["models"]):
+            reach = np.asarray(summary["steps_to_floor_per_seed"][i][j], float)
+            rows.append(
+                [
+                    s,
+                    m,
+                    summary["final_loss"][i][j],
+                    float(np.median(reach)) if np.isfinite(reach).all() else float("nan"),
+                    int(np.isfinite(reach).sum()),
+                ]
+            )
+    return (
+        format_table(
+            ["s", "model", "final loss (nats)", "median steps to floor", "seeds at floor"], rows
+        )
+        + f"\nfloor L_min = {summary['loss_floor']:.4f} nats (S = {summary['S']})"
+    )
+
+
+def run(cfg: MixerConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    steps = data["step"].values
+    keep = steps > 0
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = plt.cm.viridis(np.linspace(0, 0.85, data.sizes["s"]))
+    for j, s in enumerate(data["s"].values):
+        for m, ls in (("mixer", "-"), ("transformer", "--")):
+            mean = data["loss"].sel(model=m, s=s).mean("seed").values
+            ax.plot(steps[keep], mean[keep], ls=ls, color=colors[j], label=f"{m}, s = {s}")
+    ax.axhline(
+        float(summary["loss_floor"]), color="tab:red", lw=1, label=r"floor $(S-1)\ln 2/(2S-1)$"
+    )
+    ax.axhline(np.log(2), color="grey", lw=1, ls="-.", label=r"$\ln 2$")
+    ax.set(
+        xscale="log",
+        xlabel="training step",
+        ylabel="loss (nats, mean over seeds)",
+        ylim=(0.25, 0.8),
+        title=f"linear map mod 2, S = {summary['S']}: MLP-Mixer (solid) vs transformer (dashed)",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,167 @@
+"""Figure emergence-sparsity: difficulty of the linear map mod 2 against sparsity s/S (authors' blog
+Fig. 4 left; spec emergence.md §7, heuristic of §5.2).
+
+Final loss at a fixed step budget against s/S for each state size S, one dot per seed, with the
+floor L_min(S) per S, and the search-space size log C(S, s) on a secondary axis (the heuristic:
+hardest at s/S = 1/2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from simulate.emergence import training as emergence_training
+from simulate.emergence.tasks import linear_map_floor
+from simulate.emergence.training import EmergenceConfig
+from simulate.store import load
+from theory.validation import require
+
+FIGURE_ID = "emergence-sparsity"
+SUCCESS_RULE = "solved: final loss <= 1.05 L_min(S) + 1e-3 nats (spec §6)"
+
+
+def default_grid(S: int) -> tuple[int, ...]:
+    """Every s for S <= 16; the spec's subset {1, 2, 4, 8, 16, 24, 30, 31} (within 1..S) beyond."""
+    if S <= 16:
+        return tuple(range(1, S + 1))
+    return tuple(s for s in (1, 2, 4, 8, 16, 24, 30, 31) if s <= S)
+
+
+@dataclass(frozen=True)
+class SparsityConfig(EmergenceConfig):
+    """S in {8, 16, 32}, all s (S = 32: a subset), 3 seeds, 5k steps (spec CPU setting)."""
+
+    sizes: tuple[int, ...] = (8, 16, 32)
+    """state sizes S, each with the grid of ``default_grid``."""
+    out: Path = Path("runs")
+    """output directory (the figure goes to OUT/emergence-sparsity/)."""
+    quick: bool = False
+    """CPU-sized run: S = 12, s in {1, 2, 6, 11}, batch 64, lr 3e-3, 1500 steps, 1 seed."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(self.task == "linear_map", "task", self.task, "linear_map (this figure)")
+        require(
+            len(self.sizes) >= 1 and all(S >= 2 for S in self.sizes),
+            "sizes",
+            self.sizes,
+            "state sizes S >= 2",
+        )
+
+    def trainings(self) -> dict[tuple[int, int], EmergenceConfig]:
+        cfg = self.experiment()
+        grid = {S: default_grid(S) for S in self.sizes}
+        if self.quick:
+            cfg = replace(cfg, batch=64, lr=3e-3, steps=1500, chunk=500, log_every=50, seeds=1)
+            grid = {12: (1, 2, 6, 11)}
+        return {
+            (S, s): replace(cfg, S=S, s=s, out=self.run_dir() / f"S{S}-s{s}")
+            for S, ss in grid.items()
+            for s in ss
+        }
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+
+def compute(cfg: SparsityConfig) -> tuple[xr.Dataset, dict]:
+    runs = cfg.trainings()
+    keys = list(runs)
+    final = []
+    for key in keys:
+        emergence_training.run(runs[key])
+        ds, _ = load(runs[key].out)
+        final.append(ds["loss"].values[:, -1])
+        seeds = ds["seed"].values
+    final = np.stack(final)  # (run, seed)
+    S = np.array([k[0] for k in keys])
+    s = np.array([k[1] for k in keys])
+    floors = np.array([linear_map_floor(int(n)) for n in S])
+    data = xr.Dataset(
+        {
+            "final_loss": (("run", "seed"), final),
+            "S": (("run",), S),
+            "s": (("run",), s),
+            "floor": (("run",), floors),
+        },
+        coords={"run": np.arange(len(keys)), "seed": seeds},
+    )
+    solved = final <= 1.05 * floors[:, None] + 1e-3
+    summary = {
+        "steps": next(iter(runs.values())).steps,
+        "success_rule": SUCCESS_RULE,
+        "S": S,
+        "s": s,
+        "density": s / S,
+        "final_loss_per_seed": final,
+        "mean_final_loss": final.mean(1),
+        "solved_fraction": solved.mean(1),
+        "log_binomial": [math.log(math.comb(int(a), int(b))) for a, b in zip(S, s)],
+        "floors": floors,
+    }
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    rows = [
+        [
+            summary["S"][k],
+            summary["s"][k],
+            summary["density"][k],
+            summary["mean_final_loss"][k],
+            summary["solved_fraction"][k],
+            summary["log_binomial"][k],
+        ]
+        for k in range(len(summary["S"]))
+    ]
+    return (
+        format_table(["S", "s", "s/S", "final loss (nats)", "solved fraction", "ln C(S, s)"], rows)
+        + f"\nbudget {summary['steps']} steps; {summary['success_rule']}"
+    )
+
+
+def run(cfg: SparsityConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    twin = ax.twinx()
+    sizes = sorted(set(data["S"].values.tolist()))
+    colors = plt.cm.viridis(np.linspace(0, 0.85, len(sizes)))
+    for color, S in zip(colors, sizes):
+        sel = data["S"].values == S
+        density = data["s"].values[sel] / S
+        loss = data["final_loss"].values[sel]
+        for k in range(loss.shape[1]):
+            ax.scatter(density, loss[:, k], color=color, s=18, label=f"S = {S}" if k == 0 else None)
+        ax.plot(density, loss.mean(1), color=color, lw=1)
+        ax.axhline(linear_map_floor(S), color=color, ls=":", lw=1)
+        twin.plot(
+            density,
+            [math.log(math.comb(S, int(s))) for s in data["s"].values[sel]],
+            color=color,
+            ls="--",
+            lw=0.8,
+            alpha=0.6,
+        )
+    ax.axhline(math.log(2), color="grey", ls="-.", lw=1, label=r"$\ln 2$")
+    ax.set(
+        xlabel="density s/S",
+        ylabel=f"loss after {summary['steps']} steps (nats)",
+        title="linear map mod 2: final loss vs sparsity (dotted: floor; dashed: ln C(S, s))",
+    )
+    twin.set_ylabel(r"search space $\ln\binom{S}{s}$ (dashed)")
+    ax.legend(fontsize=8, loc="lower center")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,437 @@
+"""``stagewise compare focus-dilution``: the stage levels and onsets predicted by the focus-dilution
+theory beside those measured (spec ``focus_dilution.md`` §5-6; issue 5 item 4).
+
+Three comparisons, one table each (stdout and summary.json) and one figure:
+1. Population gradient flow of the full parameters (diffrax): every stage against its prediction
+   (``t_I = ln(1/eps)/sigma``, ``t_II = t_I + ln(1/eps)/c``, ``t_III = t_II +`` the reduced
+   manifold-flow delay, ``t_IV = t_II + ln(1/eps)/mu_IV``; plateaus ``ln d``, ``H(pi)``, the
+   Stage-IV rest point's loss).
+2. The finite-sample model (``focus-dilution`` experiment: softmax over positions, last-token
+   cross-entropy, a fixed set of sampled sequences, full-batch gradient descent, time = steps x lr)
+   at a long context: its onsets against the same predictions and against the population flow
+   started from the same initial parameters (the difference is then finite context, finite sample
+   and the step size only).
+3. The same model under Adam: no time map to the flow, so only the order of the stages and their
+   plateau levels are compared; onsets are in steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from figures.focus_dilution.common import (
+    PI_DEFAULT,
+    STAGES,
+    mark_predicted,
+    onset_rules,
+    plateaus,
+    predictions,
+    shade_stages,
+)
+from simulate.focus_dilution import training
+from simulate.focus_dilution.flow import initial_parameters, run_onsets, solve_flow
+from simulate.store import load
+from simulate.train import seed_streams
+from theory.focus_dilution.population import transition_matrix
+from theory.validation import require
+
+FIGURE_ID = "compare-focus-dilution"
+LEVEL_NAMES = ("ln d", "H(pi)", None, "L(Stage-IV point)")
+"""the plateau each stage leaves (none is predicted before Stage III, which follows II at O(1))."""
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """Predicted against measured stages: population flow, finite-sample GD, finite-sample Adam
+    (default pi, lambda = 0.5, eps = 1e-3, m = m_k = 16)."""
+
+    seeds: int = 3
+    """init seeds of the flow and gradient-descent runs (vmapped)."""
+    eps: float = 1e-3
+    """init scale of every run."""
+    context: int = 256
+    """s, context length of the finite-sample model."""
+    train_size: int = 2048
+    """sampled training sequences of the finite-sample model."""
+    lr: float = 0.05
+    """gradient-descent step (time per step)."""
+    adam_lr: float = 0.003
+    """Adam learning rate."""
+    adam_steps: int = 3000
+    """Adam steps."""
+    horizon: float = 1.3
+    """run to this multiple of the predicted Stage-IV onset t_IV."""
+    quick: bool = False
+    """CPU-sized: one seed, context 128, 1024 sequences, lr 0.1, 1500 Adam steps."""
+    out: Path = Path("runs")
+    """output directory (the comparison goes to OUT/compare-focus-dilution/)."""
+    quiet: bool = False
+    """no progress bars."""
+    replot: bool = False
+    """redraw the figure and tables from the stored comparison; nothing is recomputed."""
+
+    def __post_init__(self):
+        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
+        require(0 < self.eps < 1, "eps", self.eps, "an init scale in (0, 1)")
+        require(self.context >= 2, "context", self.context, "a context length >= 2")
+        require(self.train_size >= 1, "train_size", self.train_size, "an integer >= 1")
+        require(self.lr > 0 and self.adam_lr > 0, "lr", self.lr, "learning rates > 0")
+        require(
+            self.adam_steps >= 100 and self.adam_steps % 100 == 0,
+            "adam_steps",
+            self.adam_steps,
+            "a positive multiple of 100",
+        )
+        require(self.horizon > 1, "horizon", self.horizon, "a multiple > 1 of t_IV")
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+    def finite(self, optimizer: str, t_end: float) -> training.FocusDilutionConfig:
+        n_seeds, context, train_size, lr, adam_steps = (
+            (1, 128, 1024, 0.1, 1500)
+            if self.quick
+            else (self.seeds, self.context, self.train_size, self.lr, self.adam_steps)
+        )
+        if optimizer == "gd":
+            log_every = 10
+            steps = int(np.ceil(t_end / lr / 500)) * 500
+            return training.FocusDilutionConfig(
+                context=context,
+                train_size=train_size,
+                lr=lr,
+                init_scale=self.eps,
+                steps=steps,
+                log_every=log_every,
+                chunk=500,
+                seeds=n_seeds,
+                quiet=self.quiet,
+                out=self.run_dir() / "finite-gd",
+            )
+        return training.FocusDilutionConfig(
+            context=context,
+            train_size=train_size,
+            optimizer="adam",
+            lr=self.adam_lr,
+            init_scale=self.eps,
+            steps=adam_steps,
+            log_every=5,
+            chunk=100,
+            seeds=1,
+            quiet=self.quiet,
+            out=self.run_dir() / "finite-adam",
+        )
+
+
+def _rows(pred: dict, onsets: np.ndarray, levels: np.ndarray) -> list[dict]:
+    """Table rows: stage, plateau before it predicted and measured, start predicted and
+    measured (mean over seeds), ratio (mean, min, max)."""
+    level_pred = [pred["ln_d"], pred["H_pi"], np.nan, pred["L_IV"]]
+    level_meas = [levels[:, 0], levels[:, 1], np.full(len(levels), np.nan), levels[:, 2]]
+    rows = []
+    for k, stage in enumerate(STAGES):
+        ratio = onsets[:, k] / pred["onsets"][k]
+        rows.append(
+            {
+                "stage": stage,
+                "level_predicted": level_pred[k],
+                "level_measured": _finite(np.nanmean, level_meas[k]),
+                "start_predicted": pred["onsets"][k],
+                "start_measured": _finite(np.nanmean, onsets[:, k]),
+                "ratio": _finite(np.nanmean, ratio),
+                "ratio_min": _finite(np.nanmin, ratio),
+                "ratio_max": _finite(np.nanmax, ratio),
+            }
+        )
+    return rows
+
+
+def _finite(reduce, x) -> float:
+    """``reduce`` over the finite entries of ``x``; nan when there are none."""
+    x = np.asarray(x, float)
+    return float(reduce(x)) if np.isfinite(x).any() else float("nan")
+
+
+def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
+    pi = np.asarray(PI_DEFAULT)
+    P = transition_matrix(pi, 0.5)
+    pred = predictions(pi, P, cfg.eps)
+    t_end = cfg.horizon * pred["onsets"][3]
+    gd_cfg = cfg.finite("gd", t_end)
+    seed_ids = gd_cfg.seed_ids
+    # the population flow starts from the training runs' own initial parameters
+    keys = seed_streams(seed_ids)["init"]
+    init = jax.vmap(lambda k: initial_parameters(k, pi.size, gd_cfg.m, gd_cfg.m_k, cfg.eps))(keys)
+    t_grid = gd_cfg.lr * np.arange(0, gd_cfg.steps + 1, gd_cfg.log_every)
+    pop = solve_flow(pi, P, cfg.eps, seed_ids, t_grid, init=init, progress=not cfg.quiet)
+    pop_onsets = run_onsets(pop)
+    pop_levels = np.array(
+        [
+            plateaus(pop["time"].values[r], pop["loss"].values[r], pop_onsets[r])
+            for r in range(len(seed_ids))
+        ]
+    )
+    gd_ds, _ = load(training.run(gd_cfg))
+    gd = training.as_runs(gd_ds, gd_cfg)
+    gd_onsets = run_onsets(gd)
+    gd_levels = np.array(
+        [
+            plateaus(gd["time"].values[r], gd["population_loss"].values[r], gd_onsets[r])
+            for r in range(len(seed_ids))
+        ]
+    )
+    adam_cfg = cfg.finite("adam", t_end)
+    adam_ds, _ = load(training.run(adam_cfg))
+    adam = training.as_runs(adam_ds, adam_cfg)
+    adam_onsets = run_onsets(adam)
+    adam_levels = np.array(
+        [
+            plateaus(adam["time"].values[r], adam["population_loss"].values[r], adam_onsets[r])
+            for r in range(adam.sizes["run"])
+        ]
+    )
+    gd_vs_pop = gd_onsets / pop_onsets
+    data = xr.Dataset(
+        {
+            "pop_loss": (("seed", "t"), pop["loss"].values),
+            "pop_focus": (("seed", "t"), pop["focus_mass"].values[:, :, 0]),
+            "pop_sigma2": (("seed", "t"), pop["sv_W0"].values[:, :, 1]),
+            "gd_loss": (("seed", "t"), gd["loss"].values),
+            "gd_population_loss": (("seed", "t"), gd["population_loss"].values),
+            "gd_focus": (("seed", "t"), gd["focus_mass"].values[:, :, 0]),
+            "gd_sigma2": (("seed", "t"), gd["sv_W0"].values[:, :, 1]),
+            "adam_loss": ("adam_step", adam["loss"].values[0]),
+            "adam_population_loss": ("adam_step", adam["population_loss"].values[0]),
+            "adam_focus": ("adam_step", adam["focus_mass"].values[0, :, 0]),
+            "adam_sigma2": ("adam_step", adam["sv_W0"].values[0, :, 1]),
+            "pop_onset": (("seed", "stage"), pop_onsets),
+            "gd_onset": (("seed", "stage"), gd_onsets),
+            "adam_onset": (("adam_seed", "stage"), adam_onsets),
+        },
+        coords={
+            "seed": seed_ids,
+            "t": t_grid,
+            "adam_step": adam["step"].values,
+            "stage": list(STAGES),
+            "adam_seed": [0],
+        },
+    )
+    summary = {
+        "setting": {
+            "pi": list(PI_DEFAULT),
+            "lambda": 0.5,
+            "eps": cfg.eps,
+            "seeds": seed_ids,
+            "m": gd_cfg.m,
+            "m_k": gd_cfg.m_k,
+        },
+        "predicted": pred,
+        "onset_rules": onset_rules(),
+        "plateau_rule": "before I: the loss at t = 0; before II: the flattest loss between onsets "
+        "I and II; before IV: the flattest between III and IV (population loss "
+        "of the parameters for the finite-sample runs)",
+        "population_flow": {
+            "rows": _rows(pred, pop_onsets, pop_levels),
+            "onsets_per_seed": pop_onsets,
+        },
+        "finite_gd": {
+            "rows": _rows(pred, gd_onsets, gd_levels),
+            "onsets_per_seed": gd_onsets,
+            "onset_over_population_flow_same_init": gd_vs_pop,
+            "config": {
+                "context": gd_cfg.s,
+                "train_size": gd_cfg.train_size,
+                "lr": gd_cfg.lr,
+                "steps": gd_cfg.steps,
+            },
+            "run": str(gd_cfg.out),
+        },
+        "finite_adam": {
+            "onsets_steps": adam_onsets[0],
+            "plateaus": adam_levels[0],
+            "stage_order_ok": bool(
+                np.all(np.isfinite(adam_onsets[0])) and np.all(np.diff(adam_onsets[0]) > 0)
+            ),
+            "config": {
+                "context": adam_cfg.s,
+                "train_size": adam_cfg.train_size,
+                "lr": adam_cfg.lr,
+                "steps": adam_cfg.steps,
+            },
+            "run": str(adam_cfg.out),
+        },
+    }
+    return data, summary
+
+
+def _table(rows: list[dict]) -> str:
+    return format_table(
+        [
+            "stage",
+            "level pred",
+            "level meas",
+            "start pred (t)",
+            "start meas (t)",
+            "meas/pred",
+            "min",
+            "max",
+        ],
+        [
+            [
+                r["stage"],
+                r["level_predicted"],
+                r["level_measured"],
+                r["start_predicted"],
+                r["start_measured"],
+                r["ratio"],
+                r["ratio_min"],
+                r["ratio_max"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+def report(summary: dict) -> str:
+    s = summary["setting"]
+    gd = summary["finite_gd"]
+    adam = summary["finite_adam"]
+    ratio = np.asarray(gd["onset_over_population_flow_same_init"], float)
+    same_init = ", ".join(f"{st} {np.nanmean(ratio[:, k]):.4g}" for k, st in enumerate(STAGES))
+    adam_onsets = ", ".join(f"{st} {float(t):.4g}" for st, t in zip(STAGES, adam["onsets_steps"]))
+    adam_levels = ", ".join(f"{float(x):.4g}" for x in adam["plateaus"])
+    cfg_gd, cfg_adam = gd["config"], adam["config"]
+    lines = [
+        f"Population gradient flow, pi = {s['pi']}, eps = {s['eps']}, seeds {s['seeds']}",
+        _table(summary["population_flow"]["rows"]),
+        "",
+        (
+            f"Finite-sample model, full-batch GD (context {cfg_gd['context']}, "
+            f"{cfg_gd['train_size']} sequences, lr {cfg_gd['lr']}; time = steps x lr)"
+        ),
+        _table(gd["rows"]),
+        f"finite / population flow from the same init, per stage: {same_init}",
+        "",
+        (
+            f"Finite-sample model, Adam (lr {cfg_adam['lr']}): onsets in steps {adam_onsets}; "
+            f"plateaus {adam_levels}; four stages in order: "
+            f"{'yes' if adam['stage_order_ok'] else 'NO'}"
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def run(cfg: CompareConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    pred = summary["predicted"]
+    t = data["t"].values
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    (ax_loss, ax_on), (ax_obs, ax_adam) = axes
+    shade_stages(ax_loss, data["pop_onset"].values[0], t[-1])
+    mark_predicted(ax_loss, pred["onsets"])
+    ax_loss.plot(t, data["pop_loss"].values[0], "k", label="population flow")
+    ax_loss.plot(
+        t,
+        data["gd_population_loss"].values[0],
+        "tab:red",
+        ls="--",
+        label="finite-sample GD: population loss of its parameters",
+    )
+    ax_loss.plot(
+        t,
+        data["gd_loss"].values[0],
+        "tab:red",
+        lw=0.8,
+        alpha=0.7,
+        label="finite-sample GD: validation loss",
+    )
+    for level, name in (
+        (pred["ln_d"], "ln d"),
+        (pred["H_pi"], "H(pi)"),
+        (pred["L_IV"], "Stage-IV point"),
+    ):
+        ax_loss.axhline(level, color="tab:purple", ls=":", lw=0.9)
+        ax_loss.annotate(name, (t[-1], level), ha="right", va="bottom", fontsize=7)
+    ax_loss.set(
+        xlabel="t (time = steps x lr for GD)",
+        ylabel="loss (nats)",
+        title="loss: flow (black), finite-sample GD (red); shading: measured stages",
+    )
+    ax_loss.legend(fontsize=7)
+    p = np.asarray(pred["onsets"], float)
+    for key, color, name in (
+        ("pop_onset", "k", "population flow"),
+        ("gd_onset", "tab:red", "finite-sample GD"),
+    ):
+        on = data[key].values
+        for k in range(on.shape[1]):
+            ax_on.plot(
+                np.full(on.shape[0], p[k]),
+                on[:, k],
+                "o",
+                color=color,
+                ms=5,
+                label=name if k == 0 else None,
+            )
+            ax_on.annotate(
+                STAGES[k],
+                (p[k], np.nanmean(on[:, k])),
+                textcoords="offset points",
+                xytext=(6, -10),
+                fontsize=8,
+            )
+    lim = np.array([0.8 * np.nanmin(p), 1.2 * np.nanmax(p)])
+    ax_on.plot(lim, lim, "k--", lw=0.8, label="measured = predicted")
+    ax_on.set(
+        xscale="log",
+        yscale="log",
+        xlabel="predicted onset t",
+        ylabel="measured onset t",
+        title="onsets of stages I-IV",
+    )
+    ax_on.legend(fontsize=7)
+    ax_obs.plot(t, data["pop_focus"].values[0], "k", label="$p_0(0)$ flow")
+    ax_obs.plot(t, data["gd_focus"].values[0], "tab:red", ls="--", label="$p_0(0)$ finite GD")
+    ax_obs.set(xlabel="t", ylabel="attention of query 0 on token 0")
+    twin = ax_obs.twinx()
+    twin.plot(t, data["pop_sigma2"].values[0], "k:", label=r"$\sigma_2(W_0)$ flow")
+    twin.plot(
+        t, data["gd_sigma2"].values[0], color="tab:red", ls=":", label=r"$\sigma_2(W_0)$ finite GD"
+    )
+    twin.set(yscale="log", ylabel=r"$\sigma_2(W_0)$ (dotted)")
+    mark_predicted(ax_obs, pred["onsets"], label=False)
+    ax_obs.legend(fontsize=7, loc="center left")
+    twin.legend(fontsize=7, loc="center right")
+    ax_obs.set_title("focus (II) and the second embedding direction (IV)")
+    steps = data["adam_step"].values
+    shade_stages(ax_adam, data["adam_onset"].values[0], steps[-1])
+    ax_adam.plot(steps, data["adam_loss"].values, "tab:blue", lw=0.8, label="validation loss")
+    ax_adam.plot(
+        steps,
+        data["adam_population_loss"].values,
+        "k--",
+        lw=1,
+        label="population loss of its parameters",
+    )
+    for level in (pred["ln_d"], pred["H_pi"], pred["L_IV"]):
+        ax_adam.axhline(level, color="tab:purple", ls=":", lw=0.9)
+    ax_adam.set(
+        xlabel="Adam step",
+        ylabel="loss (nats)",
+        title="finite-sample model under Adam (stages shaded; no time map)",
+    )
+    ax_adam.legend(fontsize=7)
+    fig.suptitle("Focus and dilution: predicted against measured stages")
+    fig.tight_layout()
+    return fig

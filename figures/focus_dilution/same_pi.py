@@ -1,0 +1,244 @@
+"""Figure focus-dilution-same-pi: different chains P with the same stationary law pi (spec
+``focus_dilution.md`` §7 focus-dilution-same-pi, experiment B; theory §5.3 general-P rate c_P).
+
+Chains: (a) the lazy chain P = lambda I + (1 - lambda) 1 pi^T for several lambda, (b) reversible
+Metropolis-Hastings chains with stationary pi from random symmetric proposals. One shared init seed.
+Panels: loss, attention of the frequent query on itself p_0(0), and sigma_1, sigma_2 of W0, each
+chain in its own colour with its predicted onsets t_II (Stage-II rate c_P) and t_IV (rest-point
+rate mu_IV) marked on the time axis. sigma and theta_c^1 depend on pi only, so Stage I coincides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from figures.focus_dilution.common import FlowSetting, onset_rules, predictions
+from simulate.focus_dilution.flow import run_onsets, solve_flow, time_grid
+from theory.focus_dilution.population import reversible_transition, transition_matrix
+from theory.validation import require
+
+FIGURE_ID = "focus-dilution-same-pi"
+
+
+@dataclass(frozen=True)
+class SamePiConfig(FlowSetting):
+    """Default pi; lazy chains lambda in {0.2, 0.5, 0.8} and two Metropolis-Hastings chains;
+    eps = 1e-3, one shared init seed. --quick: lambda in {0.5, 0.8} and one MH chain, 800 saved
+    times."""
+
+    lambdas: tuple[float, ...] = (0.2, 0.5, 0.8)
+    """repeat probabilities of the lazy chains, each in [0, 1)."""
+    mh_chains: int = 2
+    """Metropolis-Hastings chains (proposal Q = (U + U^T)/(2d), U uniform, seeds 0, 1, ...)."""
+    seeds: int = 1
+    """init seeds (shared by every chain)."""
+    horizon: float = 1.3
+    """integrate each chain to this multiple of its predicted Stage-IV onset."""
+
+    def __post_init__(self):
+        FlowSetting.__post_init__(self)
+        require(
+            all(0 <= x < 1 for x in self.lambdas),
+            "lambdas",
+            self.lambdas,
+            "repeat probabilities in [0, 1)",
+        )
+        require(self.mh_chains >= 0, "mh_chains", self.mh_chains, "an integer >= 0")
+        require(
+            len(self.lambdas) + self.mh_chains >= 2,
+            "lambdas",
+            self.lambdas,
+            "two or more chains in all (lambdas + mh_chains)",
+        )
+
+    def run_dir(self):
+        return figure_dir(self.out, FIGURE_ID)
+
+    def chains(self) -> dict[str, np.ndarray]:
+        pi = np.asarray(self.pi)
+        lambdas, mh = ((0.5, 0.8), 1) if self.quick else (self.lambdas, self.mh_chains)
+        out = {f"lazy lambda = {lam:g}": transition_matrix(pi, lam) for lam in lambdas}
+        for k in range(mh):
+            U = np.random.default_rng(k).uniform(size=(pi.size, pi.size))
+            out[f"MH chain {k}"] = reversible_transition(pi, (U + U.T) / (2 * pi.size))
+        return out
+
+
+def compute(cfg: SamePiConfig) -> tuple[xr.Dataset, dict]:
+    pi = np.asarray(cfg.pi)
+    chains = cfg.chains()
+    samples = 800 if cfg.quick else cfg.samples
+    preds = {name: predictions(pi, P, cfg.eps) for name, P in chains.items()}
+    for name, p in preds.items():
+        require(
+            p["c"] > 0,
+            "chains",
+            name,
+            f"a chain with Stage-II rate c_P > 0 (c_P = {p['c']:.3g}: no focus stage)",
+        )
+    names = list(chains)
+    seeds = cfg.seed_ids(1 if cfg.quick else cfg.seeds)
+    runs = [(n, s) for n in names for s in seeds]
+    grids = [
+        time_grid(cfg.horizon * preds[n]["onsets"][3], samples, t_dense=300.0) for n, _ in runs
+    ]
+    data = solve_flow(
+        pi,
+        [chains[n] for n, _ in runs],
+        cfg.eps,
+        [s for _, s in runs],
+        grids,
+        m=cfg.width,
+        m_k=cfg.key_width,
+        progress=not cfg.quiet,
+    )
+    data = data[
+        [
+            "loss",
+            "focus_mass",
+            "weighted_focus_mass",
+            "attention_entropy",
+            "sv_W0",
+            "sv_WQK",
+            "pi",
+            "P",
+            "solver_steps",
+        ]
+    ]
+    data = data.assign_coords(chain=("run", [n for n, _ in runs]))
+    onsets = run_onsets(data)
+    data["onset"] = (("run", "stage"), onsets)
+    data = data.assign_coords(stage=["I", "II", "III", "IV"])
+    rows = []
+    for n in names:
+        on = onsets[[i for i, (nn, _) in enumerate(runs) if nn == n]]
+        mean = np.nanmean(on, axis=0)
+        rows.append(
+            {
+                "chain": n,
+                "c_P": preds[n]["c"],
+                "mu_IV": preds[n]["mu_IV"],
+                "predicted_onsets": preds[n]["onsets"],
+                "measured_onsets": mean,
+                "four_stages_in_order": bool(
+                    np.all(np.isfinite(on)) and np.all(np.diff(on, axis=1) > 0)
+                ),
+            }
+        )
+    summary = {
+        "setting": {
+            "pi": cfg.pi,
+            "eps": cfg.eps,
+            "seeds": seeds,
+            "m": cfg.width,
+            "m_k": cfg.key_width,
+        },
+        "sigma": preds[names[0]]["sigma"],
+        "onset_rules": onset_rules(),
+        "rows": rows,
+        "stage_one_spread": float(np.nanmax(onsets[:, 0]) - np.nanmin(onsets[:, 0])),
+        "solver_steps": data["solver_steps"].values,
+    }
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    rows = [
+        [
+            r["chain"],
+            r["c_P"],
+            r["mu_IV"],
+            *[
+                f"{float(p):.4g}/{float(m):.4g}"
+                for p, m in zip(r["predicted_onsets"], r["measured_onsets"])
+            ],
+            "yes" if r["four_stages_in_order"] else "NO",
+        ]
+        for r in summary["rows"]
+    ]
+    return (
+        f"{FIGURE_ID}: same pi = {summary['setting']['pi']}, sigma = {summary['sigma']:.4g} "
+        f"(onsets predicted/measured; stage-I onsets spread {summary['stage_one_spread']:.3g})\n"
+        + format_table(["chain", "c_P", "mu_IV", "I", "II", "III", "IV", "4 stages"], rows)
+    )
+
+
+def run(cfg: SamePiConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    names = [r["chain"] for r in summary["rows"]]
+    colors = dict(zip(names, plt.cm.tab10(np.arange(len(names)))))
+    preds = {r["chain"]: r["predicted_onsets"] for r in summary["rows"]}
+    pi = data["pi"].values[0]
+    seen = set()
+    for i in range(data.sizes["run"]):
+        run = data.isel(run=i)
+        name = str(run["chain"].values)
+        ts = run["time"].values
+        color = colors[name]
+        label = name if name not in seen else None
+        seen.add(name)
+        axes[0].plot(ts[1:], run["loss"].values[1:], color=color, label=label)
+        axes[1].plot(ts[1:], run["focus_mass"].values[1:, 0], color=color, label=label)
+        axes[1].plot(ts[1:], run["weighted_focus_mass"].values[1:], color=color, ls=":", lw=1)
+        axes[2].plot(ts[1:], run["sv_W0"].values[1:, 0], color=color, label=label)
+        axes[2].plot(ts[1:], run["sv_W0"].values[1:, 1], color=color, ls="--")
+        for ax in axes:
+            for k, t in enumerate(run["onset"].values):
+                if np.isfinite(t):
+                    ax.plot(
+                        t,
+                        0,
+                        marker="o",
+                        color=color,
+                        ms=4,
+                        clip_on=False,
+                        transform=ax.get_xaxis_transform(),
+                    )
+    for name in names:
+        for ax in axes:
+            for t in preds[name][1::2]:
+                if np.isfinite(t):
+                    ax.axvline(t, color=colors[name], ls="--", lw=0.8)
+    axes[0].axhline(np.log(pi.size), color="grey", ls=":", lw=0.8, label="ln d")
+    axes[0].axhline(-np.sum(pi * np.log(pi)), color="grey", ls="-.", lw=0.8, label="H(pi)")
+    axes[0].set(
+        xscale="log",
+        xlabel="t (gradient-flow time)",
+        ylabel="population loss (nats)",
+        title="(a) loss",
+    )
+    axes[1].axhline(pi[0], color="grey", ls=":", lw=0.8, label=r"$\pi_0$")
+    axes[1].set(
+        xscale="log",
+        xlabel="t",
+        ylabel="attention on token 0",
+        title=r"(b) $p_0(0)$ (solid), $\sum_q\pi_q p_q(0)$ (dotted)",
+        ylim=(0.5, 1.02),
+    )
+    axes[2].set(
+        xscale="log",
+        yscale="log",
+        xlabel="t",
+        ylabel="singular value",
+        title=r"(c) $\sigma_1(W_0)$ (solid), $\sigma_2(W_0)$ (dashed)",
+    )
+    for ax in axes:
+        ax.plot([], [], "k--", lw=0.8, label="predicted t_II, t_IV (per chain)")
+        ax.plot([], [], "ko", ms=4, label="measured onsets I-IV")
+        ax.legend(fontsize=7)
+    fig.suptitle(
+        f"Same stationary law pi = {np.round(pi, 4).tolist()}, different chains P: stage "
+        "I shared (sigma depends on pi only), Stage II at c_P, Stage IV at mu_IV"
+    )
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,250 @@
+"""Figure focus-dilution-stages: the four stages of one cycle under population gradient flow
+(spec ``focus_dilution.md`` §7 focus-dilution-stages, synthetic experiment A; theory §5.2-5.5).
+
+(a) top singular values of W0, W1, WQ, WK against t, with g (``theta_c^1``) drawn; (b) attention of
+every query on token 0, ``p_q(0)``; (c) loss with the plateau levels ln d, H(pi) and the Stage-IV
+rest point's loss; (d) growth on log axes with the predicted rates drawn over the measured windows:
+``||(W0, W1)||`` at sigma, ``||WQ WK^T||`` at 2c, the redistribution coordinate D at 2c and
+``sigma_2(W0)`` at mu_IV. Measured stages are shaded (rules in summary.json), predicted onsets
+dashed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from figures.focus_dilution.common import (
+    STAGES,
+    TOKEN_COLORS,
+    FlowSetting,
+    growth_of_D,
+    mark_predicted,
+    onset_rules,
+    plateaus,
+    predictions,
+    shade_stages,
+)
+from simulate.focus_dilution.flow import (
+    RATE_WINDOW_RULE,
+    measured_rates,
+    run_onsets,
+    solve_flow,
+    time_grid,
+)
+
+FIGURE_ID = "focus-dilution-stages"
+
+
+@dataclass(frozen=True)
+class StagesConfig(FlowSetting):
+    """Synthetic experiment A: pi = (0.75, 0.19, 0.05, 0.01), lambda = 0.5, eps = 1e-3, 3 seeds,
+    population gradient flow (diffrax, float64). --quick: one seed, 800 saved times."""
+
+    horizon: float = 1.6
+    """integrate to this multiple of the predicted Stage-IV onset t_IV."""
+
+    def run_dir(self):
+        return figure_dir(self.out, FIGURE_ID)
+
+
+def compute(cfg: StagesConfig) -> tuple[xr.Dataset, dict]:
+    pi, P = cfg.chain()
+    pred = predictions(pi, P, cfg.eps)
+    t_max = cfg.horizon * pred["onsets"][3]
+    n_seeds, samples = (1, 800) if cfg.quick else (cfg.seeds, cfg.samples)
+    seeds = cfg.seed_ids(n_seeds)
+    data = solve_flow(
+        pi,
+        P,
+        [cfg.eps] * n_seeds,
+        seeds,
+        time_grid(t_max, samples),
+        m=cfg.width,
+        m_k=cfg.key_width,
+        progress=not cfg.quiet,
+    )
+    onsets = run_onsets(data)
+    data["onset"] = (("run", "stage"), onsets)
+    data["redistribution"] = (
+        ("run", "sample"),
+        np.stack([growth_of_D(data.isel(run=r), onsets[r, 0]) for r in range(n_seeds)]),
+    )
+    data = data.assign_coords(stage=list(STAGES))
+    rates = [measured_rates(data.isel(run=r), pred["g"]) for r in range(n_seeds)]
+    levels = [
+        plateaus(data["time"].values[r], data["loss"].values[r], onsets[r]) for r in range(n_seeds)
+    ]
+    g_meas = []
+    for r in range(n_seeds):
+        ts = data["time"].values[r]
+        k = int(np.argmin(np.abs(ts - 0.5 * (onsets[r, 0] + onsets[r, 1]))))
+        g_meas.append(float(data["sv_W0"].values[r, k, 0]))
+    summary = {
+        "setting": {
+            "pi": cfg.pi,
+            "lambda": cfg.lam,
+            "eps": cfg.eps,
+            "m": cfg.width,
+            "m_k": cfg.key_width,
+            "seeds": seeds,
+            "t_max": t_max,
+        },
+        "predicted": pred,
+        "onset_rules": onset_rules(),
+        "rate_rule": RATE_WINDOW_RULE,
+        "onsets_per_seed": onsets,
+        "rates_per_seed": rates,
+        "plateaus_per_seed": levels,
+        "plateau_rule": "ln d: the loss at t = 0; H(pi): the "
+        "flattest loss between onsets I and II; L_IV: the flattest between III and IV",
+        "g_measured_per_seed": g_meas,
+        "stage_order_ok": [bool(np.all(np.diff(o) > 0)) for o in onsets],
+        "solver_steps": data["solver_steps"].values,
+    }
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    pred = summary["predicted"]
+    on = np.asarray(summary["onsets_per_seed"], float)
+    predicted = np.asarray(pred["onsets"], float)
+    rows = [
+        [f"onset {s}", p, float(np.nanmean(on[:, k])), float(np.nanmean(on[:, k]) / p)]
+        for k, (s, p) in enumerate(zip(STAGES, predicted))
+    ]
+    rates = summary["rates_per_seed"]
+    for name in ("sigma", "c", "mu_IV"):
+        meas = float(np.nanmean([float(r[name]) for r in rates]))
+        rows.append([f"rate {name}", pred[name], meas, meas / pred[name]])
+    lev = np.asarray(summary["plateaus_per_seed"], float)
+    for k, name in enumerate(("ln_d", "H_pi", "L_IV")):
+        rows.append(
+            [
+                f"plateau {name}",
+                pred[name],
+                float(np.nanmean(lev[:, k])),
+                float(np.nanmean(lev[:, k]) / pred[name]),
+            ]
+        )
+    g = float(np.mean(summary["g_measured_per_seed"]))
+    rows.append(["g (sigma_1(W0) at theta_c^1)", pred["g"], g, g / pred["g"]])
+    return (
+        f"{FIGURE_ID}: population gradient flow, pi = {summary['setting']['pi']}, "
+        f"eps = {summary['setting']['eps']} (mean over seeds; rates nan where the rule's "
+        "window is empty at this eps)\n"
+        + format_table(["quantity", "predicted", "measured", "meas/pred"], rows)
+    )
+
+
+def run(cfg: StagesConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    pred = summary["predicted"]
+    run = data.isel(run=0)
+    ts = run["time"].values
+    onsets = run["onset"].values
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    (ax_sv, ax_att), (ax_loss, ax_rate) = axes
+    for ax in axes.ravel():
+        shade_stages(ax, onsets, ts[-1], label=ax is ax_loss)
+        mark_predicted(ax, pred["onsets"], label=ax is ax_loss)
+    styles = {"W0": "tab:blue", "W1": "tab:orange", "WQ": "tab:green", "WK": "tab:red"}
+    for name, color in styles.items():
+        sv = run[f"sv_{name}"].values
+        for i, ls in enumerate(("-", "--", ":")):
+            ax_sv.plot(
+                ts,
+                sv[:, i],
+                color=color,
+                ls=ls,
+                lw=1.2,
+                label=f"$\\sigma_{i + 1}({name})$" if i < 2 else None,
+            )
+    ax_sv.axhline(pred["g"], color="grey", ls="-.", lw=0.8, label=r"$g$ at $\theta_c^1$")
+    ax_sv.set(
+        yscale="log",
+        xlabel="t (gradient-flow time)",
+        ylabel="singular value",
+        title="(a) singular values (solid: 1st, dashed: 2nd, dotted: 3rd)",
+    )
+    ax_sv.legend(fontsize=7, ncol=2)
+    pi = run["pi"].values
+    for q in range(data.sizes["query"]):
+        ax_att.plot(
+            ts,
+            run["focus_mass"].values[:, q],
+            color=TOKEN_COLORS[q % 6],
+            label=f"query {q} ($\\pi_{q}$ = {pi[q]:g})",
+        )
+    ax_att.plot(ts, run["weighted_focus_mass"].values, "k", lw=1, label=r"$\sum_q \pi_q p_q(0)$")
+    ax_att.axhline(pi[0], color="grey", ls=":", lw=0.8, label=r"$\pi_0$ (unfocused)")
+    ax_att.set(
+        xlabel="t",
+        ylabel="$p_q(0)$",
+        ylim=(-0.02, 1.02),
+        title="(b) attention of each query on token 0",
+    )
+    ax_att.legend(fontsize=7)
+    for r in range(data.sizes["run"]):
+        ax_loss.plot(
+            ts,
+            data["loss"].values[r],
+            color="k",
+            lw=1.2 if r == 0 else 0.6,
+            alpha=1 if r == 0 else 0.5,
+            label="loss" if r == 0 else None,
+        )
+    for level, name, ls in (
+        (pred["ln_d"], "ln d", ":"),
+        (pred["H_pi"], r"$H(\pi)$", "--"),
+        (pred["L_IV"], "Stage-IV rest point", "-."),
+    ):
+        ax_loss.axhline(level, color="tab:purple", ls=ls, lw=0.9, label=f"{name} = {level:.4f}")
+    ax_loss.set(xlabel="t", ylabel="population loss (nats)", title="(c) loss and plateau levels")
+    ax_loss.legend(fontsize=7)
+    rates = summary["rates_per_seed"][0]
+    curves = [
+        ("outer_norm", r"$\|(W_0, W_1)\|_F$", pred["sigma"], "sigma_window", "tab:blue"),
+        ("qk", r"$\|W_QW_K^\top\|_2$", pred["two_c"], "c_window", "tab:green"),
+        ("D", r"$|D(t) - D(t_I)|$ (redistribution)", pred["two_c"], "c_window", "tab:olive"),
+        ("s2", r"$\sigma_2(W_0)$", pred["mu_IV"], "mu_IV_window", "tab:red"),
+    ]
+    values = {
+        "outer_norm": run["outer_norm"].values,
+        "qk": run["sv_WQK"].values[:, 0],
+        "D": np.abs(run["redistribution"].values),
+        "s2": run["sv_W0"].values[:, 1],
+    }
+    for key, label, slope, window, color in curves:
+        y = values[key]
+        ax_rate.plot(ts, y, color=color, label=label)
+        a, b = (float(w) for w in rates[window])
+        if not (np.isfinite(a) and np.isfinite(b)):
+            continue
+        mid = 0.5 * (a + b)
+        y_mid = float(np.exp(np.interp(mid, ts, np.log(np.maximum(y, 1e-300)))))
+        tt = np.linspace(a, b, 20)
+        ax_rate.plot(tt, y_mid * np.exp(slope * (tt - mid)), color="k", ls="--", lw=1.6)
+    ax_rate.plot([], [], "k--", label="predicted rates: sigma, 2c, 2c, mu_IV")
+    ax_rate.set(
+        yscale="log",
+        xlabel="t",
+        ylabel="size",
+        title="(d) growth against the predicted rates (dashed, on the fit windows)",
+    )
+    ax_rate.legend(fontsize=7)
+    fig.suptitle(
+        f"Focus and dilution, population gradient flow: pi = {np.round(pi, 4).tolist()}, "
+        f"eps = {float(run['eps']):g} (seed {int(run['seed'])}; shading: measured stages, "
+        "dashed: predicted onsets)"
+    )
+    fig.tight_layout()
+    return fig

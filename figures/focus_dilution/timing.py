@@ -1,0 +1,248 @@
+"""Figure focus-dilution-timing: stage onsets against ln(1/eps) and the Stage I-II growth rates
+(spec ``focus_dilution.md`` §7 focus-dilution-timing; theory §5.2-5.3).
+
+(a) measured onsets of Stages I and II (every eps and seed) against ln(1/eps), with lines of the
+predicted slopes 1/sigma and 1/sigma + 1/c (intercepts are O(1) and not predicted: each line goes
+through the mean of its points) and the fitted slopes in the legend; (b) ln ||WQ WK^T|| against t
+for every eps with the predicted slope 2c drawn over each run's exponential window; (c) the same
+for ||(W0, W1)||, the distance from the origin, with slope sigma.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from figures.focus_dilution.common import FlowSetting, onset_rules
+from simulate.focus_dilution.flow import (
+    RATE_WINDOW_RULE,
+    measured_rates,
+    run_onsets,
+    solve_flow,
+    time_grid,
+)
+from theory.focus_dilution.stages import second_critical_point, stage_one_rate, stage_two_rate
+from theory.validation import require
+
+FIGURE_ID = "focus-dilution-timing"
+
+
+@dataclass(frozen=True)
+class TimingConfig(FlowSetting):
+    """Default pi, lambda = 0.5; eps in {1e-2, ..., 1e-6} (--eps-grid; --eps is not used), 3 seeds
+    each, float64, all runs in one vmapped diffrax program. --quick: eps in {1e-2, 1e-4, 1e-6}, one
+    seed, 1200 saved times."""
+
+    eps_grid: tuple[float, ...] = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+    """init scales (each in (0, 1))."""
+    samples: int = 2000
+    """saved time points per run."""
+    horizon: float = 1.3
+    """integrate to this multiple of the predicted Stage-II onset at the smallest eps."""
+
+    def __post_init__(self):
+        FlowSetting.__post_init__(self)
+        require(
+            len(self.eps_grid) >= 2 and all(0 < e < 1 for e in self.eps_grid),
+            "eps_grid",
+            self.eps_grid,
+            "two or more init scales in (0, 1)",
+        )
+        require(self.horizon > 1, "horizon", self.horizon, "a multiple > 1 of t_II")
+
+    def run_dir(self):
+        return figure_dir(self.out, FIGURE_ID)
+
+    def grid(self):
+        if self.quick:
+            return (1e-2, 1e-4, 1e-6), 1, 1200
+        return tuple(self.eps_grid), self.seeds, self.samples
+
+
+def slope_fit(x, y) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(y)
+    return float(np.polyfit(x[ok], y[ok], 1)[0]) if ok.sum() >= 2 else float("nan")
+
+
+def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
+    pi, P = cfg.chain()
+    sigma, c = float(stage_one_rate(pi)), float(stage_two_rate(pi, P))
+    g = float(second_critical_point(pi).g)
+    eps_grid, n_seeds, samples = cfg.grid()
+    t_max = cfg.horizon * (1 / sigma + 1 / c) * np.log(1 / min(eps_grid))
+    eps = [e for e in eps_grid for _ in range(n_seeds)]
+    seeds = [s for _ in eps_grid for s in cfg.seed_ids(n_seeds)]
+    data = solve_flow(
+        pi,
+        P,
+        eps,
+        seeds,
+        time_grid(t_max, samples),
+        m=cfg.width,
+        m_k=cfg.key_width,
+        progress=not cfg.quiet,
+    )
+    keep = [
+        "loss",
+        "sv_WQK",
+        "outer_norm",
+        "focus_mass",
+        "attention_entropy",
+        "sv_W0",
+        "pi",
+        "solver_steps",
+    ]
+    data = data[keep]
+    onsets = run_onsets(data)
+    data["onset"] = (("run", "stage"), onsets)
+    data = data.assign_coords(stage=["I", "II", "III", "IV"])
+    rates = [measured_rates(data.isel(run=r), g) for r in range(len(eps))]
+    L = np.log(1 / np.asarray(eps))
+    smallest = [r for r, e in enumerate(eps) if e == min(eps_grid)]
+    meas_sigma = float(np.mean([rates[r]["sigma"] for r in smallest]))
+    meas_c = float(np.mean([rates[r]["c"] for r in smallest]))
+    summary = {
+        "setting": {
+            "pi": cfg.pi,
+            "lambda": cfg.lam,
+            "eps": list(eps_grid),
+            "seeds": n_seeds,
+            "m": cfg.width,
+            "m_k": cfg.key_width,
+            "t_max": t_max,
+        },
+        "onset_rules": onset_rules(),
+        "rate_rule": RATE_WINDOW_RULE,
+        "sigma": sigma,
+        "c": c,
+        "slope_I": {"predicted": 1 / sigma, "measured": slope_fit(L, onsets[:, 0])},
+        "slope_II": {"predicted": 1 / sigma + 1 / c, "measured": slope_fit(L, onsets[:, 1])},
+        "rates_at_smallest_eps": {
+            "eps": min(eps_grid),
+            "sigma_measured": meas_sigma,
+            "sigma_predicted": sigma,
+            "c_measured": meas_c,
+            "c_predicted": c,
+        },
+        "rates_per_run": rates,
+        "onsets_per_run": onsets,
+        "eps_per_run": eps,
+        "solver_steps": data["solver_steps"].values,
+    }
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    rows = [
+        [
+            name,
+            summary[key]["predicted"],
+            summary[key]["measured"],
+            float(summary[key]["measured"]) / summary[key]["predicted"],
+        ]
+        for name, key in (
+            ("d t_I / d ln(1/eps) (1/sigma)", "slope_I"),
+            ("d t_II / d ln(1/eps) (1/sigma + 1/c)", "slope_II"),
+        )
+    ]
+    r = summary["rates_at_smallest_eps"]
+    rows += [
+        [
+            f"sigma at eps = {r['eps']:g}",
+            r["sigma_predicted"],
+            r["sigma_measured"],
+            float(r["sigma_measured"]) / r["sigma_predicted"],
+        ],
+        [
+            f"c at eps = {r['eps']:g}",
+            r["c_predicted"],
+            r["c_measured"],
+            float(r["c_measured"]) / r["c_predicted"],
+        ],
+    ]
+    return (
+        f"{FIGURE_ID}: onsets against ln(1/eps), eps = {summary['setting']['eps']}\n"
+        + format_table(["quantity", "predicted", "measured", "meas/pred"], rows)
+    )
+
+
+def run(cfg: TimingConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    eps = data["eps"].values
+    L = np.log(1 / eps)
+    onsets = data["onset"].values
+    ax = axes[0]
+    for k, (key, color, name) in enumerate(
+        (("slope_I", "tab:blue", "I"), ("slope_II", "tab:red", "II"))
+    ):
+        ax.plot(
+            L,
+            onsets[:, k],
+            "o",
+            color=color,
+            ms=5,
+            label=f"onset {name} (fitted slope {summary[key]['measured']:.4g})",
+        )
+        slope = summary[key]["predicted"]
+        ok = np.isfinite(onsets[:, k])
+        intercept = np.mean(onsets[ok, k] - slope * L[ok])
+        xs = np.linspace(0, L.max() * 1.05, 10)
+        ax.plot(
+            xs,
+            intercept + slope * xs,
+            "--",
+            color=color,
+            label=f"predicted slope {slope:.4g}" + (" (1/sigma)" if k == 0 else " (1/sigma + 1/c)"),
+        )
+    ax.set(xlabel="ln(1/eps)", ylabel="onset time t", title="(a) stage onsets against ln(1/eps)")
+    ax.legend(fontsize=8)
+    colors = plt.cm.viridis(np.linspace(0, 0.9, len(np.unique(eps))))
+    color_of = dict(zip(sorted(np.unique(eps), reverse=True), colors))
+    rates = summary["rates_per_run"]
+    for ax, var, pred, window, title in (
+        (
+            axes[1],
+            "qk",
+            2 * summary["c"],
+            "c_window",
+            r"(b) $\|W_QW_K^\top\|_2$ with predicted slope $2c$ (dashed)",
+        ),
+        (
+            axes[2],
+            "outer",
+            summary["sigma"],
+            "sigma_window",
+            r"(c) $\|(W_0,W_1)\|_F$ with predicted slope $\sigma$ (dashed)",
+        ),
+    ):
+        seen = set()
+        for r in range(data.sizes["run"]):
+            ts = data["time"].values[r]
+            y = data["sv_WQK"].values[r, :, 0] if var == "qk" else data["outer_norm"].values[r]
+            e = float(eps[r])
+            ax.plot(ts, y, color=color_of[e], lw=1, label=f"eps = {e:g}" if e not in seen else None)
+            seen.add(e)
+            a, b = (float(w) for w in rates[r][window])
+            if np.isfinite(a) and np.isfinite(b):
+                mid = 0.5 * (a + b)
+                y_mid = float(np.exp(np.interp(mid, ts, np.log(y))))
+                tt = np.linspace(a, b, 10)
+                ax.plot(tt, y_mid * np.exp(pred * (tt - mid)), "k--", lw=1.4)
+        ax.set(yscale="log", xlabel="t (gradient-flow time)", ylabel="norm", title=title)
+        ax.legend(fontsize=7)
+    fig.suptitle(
+        "Focus-dilution timing: population gradient flow against the Stage I-II "
+        "linearisations (theory.focus_dilution.stages)"
+    )
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,197 @@
+"""``stagewise compare incremental``: stage levels and times predicted by the reduced head system
+beside those measured in training (spec incremental.md §5, §7; issue 4 item 5).
+
+Two comparisons, one table each (stdout and summary.json) and one figure:
+1. Regression variant under gradient flow (``figures.incremental.compare_regression``): the map from the network
+   to the reduced system is exact, so starts are compared in ODE time with no fitted constant; once
+   with the content blocks of W_Q switched off (the reduction's positional-attention assumption made
+   structural) and once with all of W_Q trained (the minimal transformer of spec §3.1).
+2. Cross-entropy on the Markov chain with AdamW (``figures.incremental.compare_cross_entropy``): Adam has no
+   time map to the flow, so only the order of the stages, their plateau levels and the ratios of
+   stage durations are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from figures.incremental import compare_cross_entropy, compare_regression
+from simulate.incremental.regression_training import RegressionConfig
+from theory.validation import require
+
+FIGURE_ID = "compare-incremental"
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """Predicted against measured stages: regression under gradient flow, cross-entropy under
+    AdamW."""
+
+    seeds: int = 3
+    """seeds of the gradient-flow runs (vmapped)."""
+    seed: int = 0
+    """first seed of every run."""
+    quick: bool = False
+    """CPU-sized: 2 gradient-flow seeds, smaller batches, the quick Markov setting."""
+    out: Path = Path("runs")
+    """output directory (the comparison goes to OUT/compare-incremental/)."""
+    quiet: bool = False
+    """no progress bars."""
+    replot: bool = False
+    """redraw the figure and tables from the stored comparison; nothing is recomputed."""
+
+    def __post_init__(self):
+        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+    def regression(self, attention: str) -> RegressionConfig:
+        full = attention == "full"
+        batch = 512 if self.quick or not full else 2048
+        return RegressionConfig(
+            attention=attention,
+            seeds=1 if full else (2 if self.quick else self.seeds),
+            batch=batch,
+            validation=batch,
+            steps=12_000,
+            lr=0.05,
+            log_every=10,
+            chunk=3000,
+            seed=self.seed,
+            quiet=self.quiet,
+            out=self.run_dir() / f"regression-{attention}",
+        )
+
+
+def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
+    pieces, summary = [], {}
+    for attention in ("positional", "full"):
+        data, part = compare_regression.compare(cfg.regression(attention), attention, cfg.quiet)
+        pieces.append(data.rename(seed=f"{attention}_seed"))
+        summary[f"regression_{attention}"] = part
+    data, part = compare_cross_entropy.compare(
+        cfg.run_dir() / "markov", cfg.quick, cfg.seed, cfg.quiet
+    )
+    pieces.append(data)
+    summary["cross_entropy"] = part
+    return xr.merge(pieces), summary
+
+
+def report(summary: dict) -> str:
+    out = []
+    for attention, title in (
+        ("positional", "positional attention (content blocks of W_Q off)"),
+        ("full", "all of W_Q trained"),
+    ):
+        part = summary[f"regression_{attention}"]
+        out.append(f"Regression variant, gradient flow, {title}; {part['time_map']}")
+        out.append(
+            format_table(
+                [
+                    "stage",
+                    "level pred",
+                    "level meas",
+                    "start pred (t)",
+                    "start meas (t)",
+                    "meas/pred",
+                    "min",
+                    "max",
+                ],
+                [
+                    [
+                        r["stage"],
+                        r["level_predicted"],
+                        r["level_measured"],
+                        r["start_predicted"],
+                        r["start_measured"],
+                        r["ratio"],
+                        r["ratio_min"],
+                        r["ratio_max"],
+                    ]
+                    for r in part["rows"]
+                ],
+            )
+        )
+        out.append(
+            f"assumption checks: max content-logit RMS {part['max_content_logit_rms']:.3g}, "
+            f"max value off-span {part['max_value_off_span']:.3g}, "
+            f"max value-position norm {part['max_value_position_norm']:.3g}\n"
+        )
+    out.append(compare_cross_entropy.report(summary["cross_entropy"]))
+    return "\n".join(out)
+
+
+def run(cfg: CompareConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 4, figsize=(18, 12.5))
+    _regression_row(axes[0], data, summary["regression_positional"], "positional")
+    _regression_row(axes[1], data, summary["regression_full"], "full")
+    compare_cross_entropy.plot_row(axes[2], data, summary["cross_entropy"])
+    fig.suptitle(
+        "Reduced head system against training: predicted (dashed) and measured (solid) stages"
+    )
+    fig.tight_layout()
+    return fig
+
+
+def _regression_row(axes, data, part, label):
+    lr = part["config"]["lr"]
+    t = data[f"{label}_step"].values * lr
+    ts = data[f"{label}_time"].values
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
+    ax = axes[0]
+    ax.plot(t[1:], data[f"{label}_loss"].values[0, 1:], color="k", label="network, seed 0")
+    ax.plot(
+        ts[1:],
+        data[f"{label}_ode_loss"].values[0, 1:],
+        "k--",
+        lw=1,
+        label="reduced ODE from the mapped init",
+    )
+    D = part["config"]["D"]
+    for k, level in enumerate(part["levels_reduced"]):
+        ax.axhline(D * level, color="grey", ls=":", lw=0.8)
+    for k, (p, m) in enumerate(zip(part["predicted_per_seed"][0], part["measured_per_seed"][0])):
+        ax.axvline(p, color=colors[k], ls="--", lw=0.8)
+        ax.axvline(m, color=colors[k], lw=0.8, label=f"stage {k + 1}")
+    ax.set(
+        xscale="log",
+        xlabel="ODE time t = steps x lr",
+        ylabel="validation loss (MSE/2)",
+        title=f"regression, {label} attention: loss",
+    )
+    ax.legend(fontsize=7)
+    mass, ode_mass = (
+        data[f"{label}_block_mass"].values[0],
+        data[f"{label}_ode_block_mass"].values[0],
+    )
+    for k, ax in enumerate(axes[1:]):
+        if k >= mass.shape[1]:
+            ax.axis("off")
+            continue
+        for j in range(mass.shape[2]):
+            ax.plot(t, mass[:, k, j], color=colors[j], label=f"block {j + 1}")
+            ax.plot(ts, ode_mass[:, k, j], color=colors[j], ls="--", lw=1)
+        ax.set(
+            xscale="symlog",
+            xlabel="ODE time t = steps x lr",
+            ylim=(-0.02, 1.02),
+            title=f"head {k + 1}: attention mass per block",
+            ylabel="mass",
+        )
+        if label == "full" and k == mass.shape[1] - 1:
+            twin = ax.twinx()
+            twin.plot(t, data[f"{label}_content_logit_rms"].values[0], color="grey", lw=1)
+            twin.set_ylabel("content-logit RMS (grey)")
+    axes[1].plot([], [], "k--", lw=1, label="reduced ODE")
+    axes[1].legend(fontsize=7)

@@ -1,0 +1,289 @@
+"""Predicted against measured stages for cross-entropy training on the Markov chain with AdamW (spec
+incremental.md §5.8, §7; issue 4 item 5).
+
+AdamW has no time map to the reduced flow, so this comparison is of orders, levels and ratios only:
+- order: the ladder of ``theory.incremental.heads.HeadSystem.ladder`` (blocks by importance) against the order in
+  which the trained model's closest learned c-gram baseline (in KL) moves through the classes (the
+  truncated teachers drop the weaker blocks instead of marginalising them and are poor yardsticks
+  at small d, spec §2.3);
+- levels: stage k's plateau is the best loss of class k (``H_k`` uses lags I(1..k)): the learned
+  c_k-gram baseline's validation loss for k < h, the true teacher's (the Bayes loss) for k = h; set
+  beside the measured plateau of the training curve;
+- durations: (t_k - t_{k-1}) / t_1 for k >= 2 of the reduced system, integrated from the network's mapped
+  initial positional logits under both metrics, against the same ratio of measured stage starts.
+Stage k starts when the validation loss falls below the midpoint of the class-(k-1) and class-k
+levels (class 0: uniform prediction, ln d).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import format_table
+from simulate.incremental import markov_training
+from simulate.incremental.head_ode import plateau_levels, solve
+from simulate.incremental.markov_training import (
+    LADDER_RULE,
+    MarkovTrainConfig,
+    build_model,
+    ladder_steps,
+    train_baselines,
+)
+from simulate.measure.stages import first_crossing, measured_plateaus, midpoints
+from simulate.store import load
+from theory.incremental.heads import METRICS, HeadSetting, HeadSystem
+
+STAGE_RULE = (
+    "stage k starts at the first logged step where the validation loss falls below the "
+    "midpoint of the class-(k-1) and class-k levels (class 0 = uniform, ln d; class k = "
+    "the learned c_k-gram baseline's validation loss, k < h; the Bayes loss, k = h)"
+)
+CAVEAT = (
+    "AdamW: no time map to the reduced flow; only orders, plateau levels and ratios of stage "
+    "durations are compared"
+)
+
+
+def markov_config(out: Path, quick: bool, seed: int, quiet: bool) -> MarkovTrainConfig:
+    """The paper's online minimal run (Figs. 6-7; q = 1e-9, W_V = 0, 512 fresh sequences per step);
+    quick: d = 20, 256 sequences per step, 1000 steps."""
+    cfg = MarkovTrainConfig(out=out / "student", seed=seed, quiet=quiet)
+    if quick:
+        cfg = replace(cfg, vocab=20, batch=256, validation=256, steps=1000)
+    return cfg
+
+
+def reduced_system(cfg: MarkovTrainConfig, metric: str) -> HeadSetting:
+    """Same heads, blocks and importances c_k, over the L - 1 lags the last query sees."""
+    task = cfg.task()
+    return HeadSetting(
+        heads=cfg.heads,
+        blocks=tuple(cfg.blocks),
+        window=task.length - 1,
+        importances=tuple(task.importances()),
+        metric=metric,
+    )
+
+
+def mapped_logits(cfg: MarkovTrainConfig) -> np.ndarray:
+    """The last query's positional logits theta_{k,i} = W_Q^k[d + L - i, d + L - 1] / sqrt(D) at
+    initialisation (seed ``cfg.seed``), lags i = 1..L (L = positions; the last output, at L - 1,
+    predicts token L)."""
+    from simulate.train import seed_streams
+
+    WQ = np.asarray(build_model(cfg, seed_streams([cfg.seed])["init"][0]).WQ)
+    d, L = cfg.vocab, cfg.task().length - 1
+    return WQ[:, d + L - np.arange(1, L + 1), d + L - 1] / math.sqrt(d + L)
+
+
+def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset, dict]:
+    cfg = markov_config(out, quick, seed, quiet)
+    baselines = train_baselines(cfg, out / "baselines")
+    cfg = replace(cfg, baselines=baselines)
+    ds, _ = load(markov_training.run(cfg))
+    summary_run = _summary(cfg.out)
+    base_loss = [_summary(b)["final_val_loss"][0] for b in baselines[:-1]]
+    levels = np.array([math.log(cfg.vocab), *base_loss, summary_run["bayes_loss"]])
+    run = ds.isel(seed=0)
+    steps = run["step"].values.astype(float)
+    loss = run["val_loss"].values
+    measured = np.array([first_crossing(steps, loss, c) for c in midpoints(levels)])
+    plateaus = measured_plateaus(steps, loss, measured)
+    closest = np.argmin(run["kl_baseline"].values, axis=-1) + 1
+    visited = [int(c) for i, c in enumerate(closest) if i == 0 or c != closest[i - 1]]
+    ladder = ladder_steps(steps, run["kl_baseline"].values)
+    predicted, ode_rows = {}, {}
+    theta0 = mapped_logits(cfg)[None]
+    for metric in METRICS:
+        setting = reduced_system(cfg, metric)
+        t_max = 2e3 if metric == "replicator" else 2e5
+        ode = solve(
+            setting,
+            [0.0],
+            [cfg.seed],
+            t_max=t_max,
+            n_save=600,
+            theta0=theta0,
+            levels=plateau_levels(setting),
+        )
+        predicted[metric] = ode.crossings[0]
+        ode_rows[metric] = (ode.ts, ode.loss[0])
+    order_pred = [j + 1 for j in HeadSystem(reduced_system(cfg, "logit")).ladder()]
+    rows = []
+    K = len(levels) - 1
+    for k in range(K):
+        rows.append(
+            {
+                "stage": k + 1,
+                "block": order_pred[k],
+                "level_teacher": summary_run["yardstick_losses"][f"A*_1:{k + 1}"],
+                "level_predicted": float(levels[k + 1]),
+                "level_measured": plateaus[k],
+                "start_measured": float(measured[k]),
+                "ladder_step": float(ladder[k - 1]) if k >= 1 else float("nan"),
+                **{f"duration_ratio_{m}": _duration_ratio(predicted[m], k) for m in METRICS},
+                "duration_ratio_measured": _duration_ratio(measured, k),
+            }
+        )
+    data = xr.Dataset(
+        {
+            "ce_val_loss": (("ce_step",), loss),
+            "ce_kl_yardstick": (("ce_step", "yardstick"), run["kl_yardstick"].values),
+            "ce_kl_baseline": (("ce_step", "baseline"), run["kl_baseline"].values),
+            **{f"ce_ode_loss_{m}": ((f"ce_time_{m}",), ode_rows[m][1]) for m in METRICS},
+        },
+        coords={
+            "ce_step": steps,
+            "yardstick": run["yardstick"].values,
+            "baseline": run["baseline"].values,
+            **{f"ce_time_{m}": ode_rows[m][0] for m in METRICS},
+        },
+    )
+    summary = {
+        "caveat": CAVEAT,
+        "stage_rule": STAGE_RULE,
+        "ladder_rule": LADDER_RULE + " (applied to the learned c-gram baselines)",
+        "rows": rows,
+        "levels": levels.tolist(),
+        "order_predicted": order_pred,
+        "classes_visited": visited,
+        "predicted_ode_starts": {m: predicted[m].tolist() for m in METRICS},
+        "bayes_loss": summary_run["bayes_loss"],
+        "final_val_loss": float(loss[-1]),
+        "run": str(cfg.out),
+        "baselines": [str(b) for b in baselines],
+    }
+    return data, summary
+
+
+def _summary(path: Path) -> dict:
+    import json
+
+    return json.loads((Path(path) / "summary.json").read_text())
+
+
+def _duration_ratio(starts, k: int) -> float:
+    """(t_k - t_{k-1}) / t_1 for 0-based stage index k >= 1; nan for stage 1."""
+    if k == 0:
+        return float("nan")
+    return float((starts[k] - starts[k - 1]) / starts[0])
+
+
+def report(part: dict) -> str:
+    head = (
+        f"Cross-entropy, Markov chain, AdamW ({part['caveat']}).\n"
+        f"order: predicted blocks {part['order_predicted']}, classes visited by the closest "
+        f"learned baseline {part['classes_visited']}; final validation loss "
+        f"{part['final_val_loss']:.4f} (Bayes {part['bayes_loss']:.4f})"
+    )
+    table = format_table(
+        [
+            "stage",
+            "block",
+            "level A*_1:k",
+            "level class-k best",
+            "level meas",
+            "start meas (step)",
+            "KL ladder step",
+            "dur. ratio repl.",
+            "dur. ratio logit",
+            "dur. ratio meas",
+        ],
+        [
+            [
+                r["stage"],
+                r["block"],
+                r["level_teacher"],
+                r["level_predicted"],
+                r["level_measured"],
+                r["start_measured"],
+                r["ladder_step"],
+                r["duration_ratio_replicator"],
+                r["duration_ratio_logit"],
+                r["duration_ratio_measured"],
+            ]
+            for r in part["rows"]
+        ],
+    )
+    return head + "\n" + table
+
+
+def plot_row(axes, data: xr.Dataset, part: dict):
+    steps = data["ce_step"].values
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    starts = [r["start_measured"] for r in part["rows"]]
+    ax = axes[0]
+    ax.plot(steps, data["ce_val_loss"].values, color="k", label="validation loss")
+    ax.axhline(part["levels"][0], color="grey", ls=":", lw=1, label="ln d")
+    for k, level in enumerate(part["levels"][1:-1]):
+        ax.axhline(
+            level,
+            color=colors[k % 4],
+            ls=":",
+            lw=1,
+            label=f"class {k + 1}: learned {data['baseline'].values[k]}-gram",
+        )
+    ax.axhline(
+        part["bayes_loss"],
+        color=colors[(len(part["levels"]) - 2) % 4],
+        ls="--",
+        lw=0.8,
+        label="class h: Bayes loss",
+    )
+    ax.set(
+        xlabel="step",
+        ylabel="loss (nats)",
+        title="cross-entropy (AdamW): loss, class levels, stage starts",
+    )
+    for ax_ in axes[:3]:
+        for k, s in enumerate(starts):
+            if np.isfinite(s):
+                ax_.axvline(s, color=colors[k % 4], lw=0.8)
+    ax.legend(fontsize=7)
+    for ax, name, label in (
+        (axes[1], "ce_kl_yardstick", "A*_{{1:{}}}"),
+        (axes[2], "ce_kl_baseline", "{}-gram"),
+    ):
+        coord = data[name].dims[-1]
+        for i, c in enumerate(data[coord].values):
+            ax.plot(
+                steps,
+                data[name].values[:, i],
+                color=colors[i % 4],
+                label=f"KL(${label.format(c)}$ || model)"
+                if "A*" in label
+                else f"KL({label.format(c)} || model)",
+            )
+        ax.set(
+            yscale="log",
+            xlabel="step",
+            ylabel="KL (nats)",
+            title="KL to truncated teachers"
+            if coord == "yardstick"
+            else "KL to learned c-gram baselines",
+        )
+        ax.legend(fontsize=7)
+    ax = axes[3]
+    marks = {"replicator": "s", "logit": "^", "measured": "o"}
+    for m in [*METRICS, "measured"]:
+        r = [row[f"duration_ratio_{m}"] for row in part["rows"]][1:]
+        ax.plot(
+            range(2, len(r) + 2),
+            r,
+            marker=marks[m],
+            ls="-" if m == "measured" else "--",
+            label="training" if m == "measured" else f"reduced ODE ({m})",
+        )
+    ax.set(
+        yscale="log",
+        xlabel="stage k",
+        ylabel="$(t_k - t_{k-1}) / t_1$",
+        title="ratios of stage durations",
+        xticks=range(2, len(part["rows"]) + 1),
+    )
+    ax.legend(fontsize=7)

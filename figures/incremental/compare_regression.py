@@ -1,0 +1,126 @@
+"""Predicted against measured stages on the regression variant under gradient flow (spec
+incremental.md §2.4, §5.1-5.2; the exact map of ``theory.incremental.reduction``).
+
+The reduced system is integrated from the very state each trained network starts in (its positional
+query weights mapped to logits, values zero), so the prediction has no fitted constant: ODE time is
+``steps x lr`` and the network loss is ``D`` times the reduced loss. Stage k is reached when the loss
+falls below the midpoint of the derived plateau levels L_{k-1}, L_k (``simulate.measure.stages.RULE``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from simulate.incremental import regression_training
+from simulate.incremental.head_ode import log_grid, plateau_levels, solve
+from simulate.incremental.regression_training import RegressionConfig, initial_reduced_logits
+from simulate.measure.stages import RULE, measured_plateaus, stage_times
+from simulate.store import load
+
+TIME_MAP = (
+    "gradient flow: ODE time t = steps x lr exactly; network loss = D x reduced loss; "
+    "no fitted constant"
+)
+
+
+def compare(cfg: RegressionConfig, label: str, quiet: bool = True) -> tuple[xr.Dataset, dict]:
+    """Train ``cfg``, integrate the reduced system from each seed's mapped initial state, and
+    compare stage levels and times per seed."""
+    ds, _ = load(regression_training.run(cfg))
+    setting = cfg.reduced()
+    t_max = cfg.steps * cfg.lr
+    levels = np.asarray(plateau_levels(setting))
+    ode = solve(
+        setting,
+        np.zeros(cfg.seeds),
+        cfg.seed_ids,
+        t_max=t_max,
+        n_save=600,
+        theta0=initial_reduced_logits(cfg),
+        progress=not quiet,
+    )
+    t = ds["step"].values * cfg.lr
+    loss = ds["val_loss"].values / cfg.D
+    measured = np.array([stage_times(t, y, levels) for y in loss])
+    plateaus = np.array([measured_plateaus(t, y, c) for y, c in zip(loss, measured)])
+    predicted = ode.crossings
+    K = len(levels) - 1
+    rows = []
+    for k in range(K):
+        ratio = measured[:, k] / predicted[:, k]
+        rows.append(
+            {
+                "stage": k + 1,
+                "level_predicted": cfg.D * levels[k + 1],
+                "level_measured": cfg.D * _mean(plateaus[:, k]),
+                "start_predicted": _mean(predicted[:, k]),
+                "start_measured": _mean(measured[:, k]),
+                "ratio": _mean(ratio),
+                "ratio_min": _min(ratio),
+                "ratio_max": _max(ratio),
+            }
+        )
+    grid = log_grid(t_max, 600)
+    data = xr.Dataset(
+        {
+            f"{label}_loss": (("seed", f"{label}_step"), ds["val_loss"].values),
+            f"{label}_block_mass": (
+                ("seed", f"{label}_step", "head", "block"),
+                ds["block_mass"].values,
+            ),
+            f"{label}_content_logit_rms": (
+                ("seed", f"{label}_step"),
+                ds["content_logit_rms"].values,
+            ),
+            f"{label}_ode_loss": (("seed", f"{label}_time"), cfg.D * ode.loss),
+            f"{label}_ode_block_mass": (
+                ("seed", f"{label}_time", "head", "block"),
+                _block_mass(ode.s, setting),
+            ),
+        },
+        coords={"seed": cfg.seed_ids, f"{label}_step": ds["step"].values, f"{label}_time": grid},
+    )
+    summary = {
+        "config": {
+            "attention": cfg.attention,
+            "lr": cfg.lr,
+            "batch": cfg.batch,
+            "steps": cfg.steps,
+            "D": cfg.D,
+            "query_scale": cfg.query_scale,
+        },
+        "time_map": TIME_MAP,
+        "stage_rule": RULE,
+        "rows": rows,
+        "levels_reduced": levels.tolist(),
+        "predicted_per_seed": predicted.tolist(),
+        "measured_per_seed": measured.tolist(),
+        "max_content_logit_rms": float(ds["content_logit_rms"].max()),
+        "max_value_off_span": float(ds["value_off_span"].max()),
+        "max_value_position_norm": float(ds["value_position_norm"].max()),
+        "ode_compile_seconds": ode.compile_seconds,
+        "ode_run_seconds": ode.run_seconds,
+        "run": str(cfg.out),
+    }
+    return data, summary
+
+
+def _block_mass(s: np.ndarray, setting) -> np.ndarray:
+    lag_block = np.zeros((setting.window, setting.h))
+    for j in range(setting.h):
+        lag_block[list(setting.lags(j)), j] = 1.0
+    return s @ lag_block
+
+
+def _mean(x) -> float:
+    x = np.asarray(x, float)
+    return float(np.mean(x)) if np.all(np.isfinite(x)) else float("nan")
+
+
+def _min(x) -> float:
+    return float(np.min(x)) if np.all(np.isfinite(x)) else float("nan")
+
+
+def _max(x) -> float:
+    return float(np.max(x)) if np.all(np.isfinite(x)) else float("nan")

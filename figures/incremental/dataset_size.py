@@ -1,0 +1,418 @@
+"""Figure incremental-dataset-size: with few training sequences, early stopping selects a
+smaller-context class (paper Fig. 5; spec incremental.md §7 incremental-dataset-size, §5.8).
+
+The minimal transformer is trained on n training sequences for several n, and online. Column 1:
+best-so-far excess validation loss (running minimum of val_loss - Bayes loss), with the learned
+c-gram baselines' excess losses as horizontal levels. Columns 2-4: KL(p_{c-gram} || p_model) on
+validation to the learned 4-, 8- and 12-gram baselines, one curve per size, with a dashed line at
+each size's early-stopping step (argmin of the validation loss).
+
+Conventions (spec §8.7-8.8, documented in the summary): spans (4, 4, 4), which the figure's
+4/8/12-gram labels imply; minibatch min(batch, n); the minimal model keeps the authors' default
+Xavier initialisation (query_scale = None); the learned baselines are trained once, online (fresh
+sequences every step, ``online_batch`` per step), so that every size is compared with the same
+best-in-class predictors of the population rather than of one training set.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from simulate.incremental import markov_training
+from simulate.incremental.markov_training import (
+    EARLY_STOPPING_RULE,
+    MarkovTrainConfig,
+    baseline_contexts,
+    train_baselines,
+)
+from simulate.store import load
+from theory.validation import require
+
+FIGURE_ID = "incremental-dataset-size"
+CLOSEST_RULE = (
+    "class at early stopping: the learned c_k-gram baseline with the smallest "
+    "KL(p_baseline || p_model) on validation at the early-stopping step; stage index "
+    "= k (number of lag blocks of that class)"
+)
+BASELINE_RULE = (
+    "learned c-gram baselines: trained once, online (online_batch fresh sequences "
+    "per step), with the students' model, optimiser and learning rate"
+)
+QUICK = {
+    "vocab": 20,
+    "sizes": (300, 1000, 3000),
+    "batch": 512,
+    "online_batch": 512,
+    "validation": 512,
+    "steps": 600,
+}
+"""the CPU setting: d = 20, n in {300, 1000, 3000} + online 512, 600 steps."""
+ONLINE = 0
+"""the ``size`` coordinate of the online run."""
+EXCESS_FLOOR = 1e-4
+"""plotting floor of the excess loss on the log axis (nats)."""
+
+
+@dataclass(frozen=True)
+class DatasetSizeConfig:
+    """Minimal transformer (§3.1) on spans (4, 4, 4) for several training-set sizes."""
+
+    sizes: tuple[int, ...] = (600, 2000, 9000)
+    """training-set sizes n (sequences)."""
+    online: bool = True
+    """also train online (fresh sequences every step)."""
+    vocab: int = 50
+    """d, vocabulary size."""
+    blocks: tuple[int, ...] = (4, 4, 4)
+    """lag-block sizes (most recent first); window w = their sum."""
+    m: float = 1.7
+    """importance ratio m."""
+    tau: float = 0.1
+    """teacher temperature."""
+    heads: int = 3
+    """attention heads."""
+    query_scale: float | None = None
+    """W_Q ~ U(-q, q) with W_V = 0; None: the authors' default Xavier initialisation."""
+    lr: float | None = None
+    """AdamW learning rate; None: the paper's 0.08 for the minimal model."""
+    batch: int = 3000
+    """sequences per step with a training set of n: min(batch, n) without replacement."""
+    online_batch: int = 3000
+    """fresh sequences per step online (and for the baselines)."""
+    validation: int = 3000
+    """validation sequences."""
+    steps: int = 1000
+    """optimizer steps of each student (a multiple of 100)."""
+    baseline_steps: int | None = None
+    """steps of each learned baseline (the authors': 2000); None: the students' budget (ignored
+    with quick)."""
+    log_every: int = 10
+    """steps between logged rows (the resolution of the early-stopping step)."""
+    teacher_seed: int = 0
+    """seed of the teacher, validation and training sets."""
+    seed: int = 0
+    """training seed (initialisation and data order)."""
+    quick: bool = False
+    """CPU-sized run: d = 20, n in {300, 1000, 3000} + online, batch 512, validation 512, 600
+    steps (baselines too)."""
+    out: Path = Path("runs")
+    """output directory (the figure goes to OUT/incremental-dataset-size/)."""
+    quiet: bool = False
+    """no progress bar."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+
+    def __post_init__(self):
+        require(
+            all(n >= 1 for n in self.sizes) and len(set(self.sizes)) == len(self.sizes),
+            "sizes",
+            self.sizes,
+            "distinct training-set sizes >= 1",
+        )
+        require(
+            len(self.sizes) > 0 or self.online,
+            "sizes",
+            self.sizes,
+            "at least one size, or online = True",
+        )
+        require(self.online_batch >= 1, "online_batch", self.online_batch, "an integer >= 1")
+        require(
+            self.baseline_steps is None or self.baseline_steps >= 1,
+            "baseline_steps",
+            self.baseline_steps,
+            "None (the students' steps) or an integer >= 1",
+        )
+        self.baseline_training()
+        for n in self.settings()["sizes"]:
+            self.student(n)
+
+    def settings(self) -> dict:
+        fields = ("vocab", "sizes", "batch", "online_batch", "validation", "steps")
+        mine = {f: getattr(self, f) for f in fields}
+        return {**mine, **QUICK} if self.quick else mine
+
+    def _base(self) -> MarkovTrainConfig:
+        s = self.settings()
+        return MarkovTrainConfig(
+            vocab=s["vocab"],
+            blocks=tuple(self.blocks),
+            m=self.m,
+            tau=self.tau,
+            model="minimal",
+            heads=self.heads,
+            query_scale=self.query_scale,
+            lr=self.lr,
+            batch=s["batch"],
+            validation=s["validation"],
+            steps=s["steps"],
+            log_every=self.log_every,
+            chunk=100,
+            seed=self.seed,
+            teacher_seed=self.teacher_seed,
+            quiet=self.quiet,
+        )
+
+    def baseline_training(self) -> MarkovTrainConfig:
+        steps = self.baseline_steps if self.baseline_steps and not self.quick else None
+        base = self._base()
+        # only the baselines' final models are used: log once per chunk
+        return replace(
+            base,
+            train_size=None,
+            batch=self.settings()["online_batch"],
+            steps=steps or base.steps,
+            log_every=base.chunk,
+        )
+
+    def student(self, n: int | None, baselines: tuple[Path, ...] = ()) -> MarkovTrainConfig:
+        """The run of training-set size n (None: online)."""
+        base = self._base()
+        if n is None:
+            return replace(
+                base,
+                train_size=None,
+                batch=self.settings()["online_batch"],
+                baselines=baselines,
+                out=self.run_dir() / "online",
+            )
+        return replace(base, train_size=n, baselines=baselines, out=self.run_dir() / f"n{n}")
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+
+def best_so_far(excess: np.ndarray) -> np.ndarray:
+    """Running minimum along the last axis (nan rows, e.g. a diverged step, do not count)."""
+    return np.fmin.accumulate(excess, axis=-1)
+
+
+def early_stopping(
+    steps: np.ndarray, val_loss: np.ndarray, kl_baseline: np.ndarray, contexts: np.ndarray
+) -> dict:
+    """Per ``EARLY_STOPPING_RULE`` and ``CLOSEST_RULE`` for one run: (step,), (step, baseline)."""
+    best = int(np.nanargmin(val_loss))
+    closest = int(np.argmin(kl_baseline[best]))
+    return {
+        "early_stopping_step": float(steps[best]),
+        "best_val_loss": float(val_loss[best]),
+        "closest_context_at_best": int(contexts[closest]),
+        "stage_at_best": closest + 1,
+        "kl_baselines_at_best": {int(c): float(v) for c, v in zip(contexts, kl_baseline[best])},
+    }
+
+
+def compute(cfg: DatasetSizeConfig) -> tuple[xr.Dataset, dict]:
+    base = cfg.baseline_training()
+    contexts = baseline_contexts(base.task())
+    dirs = train_baselines(base, cfg.run_dir() / "baselines", contexts)
+    sizes = [*sorted(cfg.settings()["sizes"]), *([None] if cfg.online else [])]
+    runs = []
+    for n in sizes:
+        student = cfg.student(n, dirs)
+        markov_training.run(student)
+        ds, _ = load(student.out)
+        runs.append((student, ds.isel(seed=0), _summary(student.out)))
+    steps = runs[0][1]["step"].values
+    bayes = runs[0][2]["bayes_loss"]
+    val = np.stack([ds["val_loss"].values for _, ds, _ in runs])
+    labels = ["online" if n is None else f"n={n}" for n in sizes]
+    # integer coordinate (0 = online): zarr v3 has no stable string dtype
+    size_coord = [ONLINE if n is None else n for n in sizes]
+    data = xr.Dataset(
+        {
+            "val_loss": (("size", "step"), val),
+            "train_loss": (
+                ("size", "step"),
+                np.stack([ds["train_loss"].values for _, ds, _ in runs]),
+            ),
+            "best_excess_loss": (("size", "step"), best_so_far(val - bayes)),
+            "kl_baseline": (
+                ("size", "step", "baseline"),
+                np.stack([ds["kl_baseline"].values for _, ds, _ in runs]),
+            ),
+            "kl_yardstick": (
+                ("size", "step", "yardstick"),
+                np.stack([ds["kl_yardstick"].values for _, ds, _ in runs]),
+            ),
+        },
+        coords={
+            "size": size_coord,
+            "step": steps,
+            "baseline": list(contexts),
+            "yardstick": runs[0][1]["yardstick"].values,
+        },
+    )
+    per_size = []
+    for label, (student, ds, s) in zip(labels, runs):
+        es = early_stopping(
+            steps, ds["val_loss"].values, ds["kl_baseline"].values, np.asarray(contexts)
+        )
+        per_size.append(
+            {
+                "size": label,
+                "train_size": student.train_size,
+                "batch": student.minibatch,
+                **es,
+                "best_excess_loss": es["best_val_loss"] - bayes,
+                "final_val_loss": float(ds["val_loss"].values[-1]),
+                "final_train_loss": float(ds["train_loss"].values[-1]),
+                "seconds": s["compile_seconds"] + s["run_seconds"],
+            }
+        )
+    stages = [r["stage_at_best"] for r in per_size]
+    finite = [r for r in per_size if r["train_size"] is not None]
+    largest = per_size[-1]  # online when trained, else the largest n
+    check = {
+        "smallest_size": finite[0]["size"] if finite else None,
+        "largest_or_online": largest["size"],
+        "fewer_stages_with_smallest_n": bool(finite)
+        and finite[0]["stage_at_best"] < largest["stage_at_best"],
+        "stage_nondecreasing_in_n": bool(np.all(np.diff(stages) >= 0)),
+        "earlier_stop_with_smallest_n": bool(finite)
+        and finite[0]["early_stopping_step"] < largest["early_stopping_step"],
+    }
+    baseline_runs = {int(c): _summary(p) for c, p in zip(contexts, dirs)}
+    summary = {
+        "setting": {
+            "model": "minimal",
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.settings().items()},
+            "online": cfg.online,
+            "blocks": list(cfg.blocks),
+            "baseline_steps": base.steps,
+            "learning_rate": base.learning_rate,
+            "query_scale": cfg.query_scale,
+            "quick": cfg.quick,
+            "minibatch_rule": "min(batch, n) without replacement; online_batch online",
+        },
+        "bayes_loss": bayes,
+        "yardstick_losses": runs[0][2]["yardstick_losses"],
+        "baseline_rule": BASELINE_RULE,
+        "baseline_val_losses": {c: b["final_val_loss"][0] for c, b in baseline_runs.items()},
+        "baseline_seconds": {
+            c: b["compile_seconds"] + b["run_seconds"] for c, b in baseline_runs.items()
+        },
+        "early_stopping_rule": EARLY_STOPPING_RULE,
+        "closest_rule": CLOSEST_RULE,
+        "per_size": per_size,
+        "check": check,
+        "runs": [str(student.out) for student, _, _ in runs],
+        "baseline_runs": [str(p) for p in dirs],
+    }
+    return data, summary
+
+
+def _summary(path: Path) -> dict:
+    return json.loads((path / "summary.json").read_text())
+
+
+def report(summary: dict) -> str:
+    rows = [
+        [
+            r["size"],
+            r["batch"],
+            r["early_stopping_step"],
+            r["best_excess_loss"],
+            r["closest_context_at_best"],
+            r["stage_at_best"],
+            r["seconds"],
+        ]
+        for r in summary["per_size"]
+    ]
+    check = summary["check"]
+    return "\n".join(
+        [
+            format_table(
+                [
+                    "size",
+                    "batch",
+                    "early-stop step",
+                    "best excess (nats)",
+                    "closest c-gram",
+                    "stage",
+                    "seconds",
+                ],
+                rows,
+            ),
+            (
+                f"fewer stages at early stopping with {check['smallest_size']} than with "
+                f"{check['largest_or_online']}: {check['fewer_stages_with_smallest_n']}; "
+                f"stage non-decreasing in n: {check['stage_nondecreasing_in_n']}"
+            ),
+        ]
+    )
+
+
+def run(cfg: DatasetSizeConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    steps = data["step"].values
+    labels = [r["size"] for r in summary["per_size"]]  # in the order of the size coordinate
+    colours = dict(zip(labels, plt.cm.viridis(np.linspace(0, 0.9, len(labels)))))
+    stops = {r["size"]: float(r["early_stopping_step"]) for r in summary["per_size"]}
+    contexts = [int(c) for c in data["baseline"].values]
+    fig, axes = plt.subplots(
+        1, 1 + len(contexts), figsize=(4.4 * (1 + len(contexts)), 4.4), layout="constrained"
+    )
+    ax = axes[0]
+    bayes = float(summary["bayes_loss"])
+    for label in labels:
+        best = np.maximum(
+            data["best_excess_loss"].isel(size=labels.index(label)).values, EXCESS_FLOOR
+        )
+        ax.plot(steps, best, color=colours[label], label=label)
+        i = int(np.argmin(np.abs(steps - stops[label])))
+        ax.plot(steps[i], best[i], "o", color=colours[label], ms=4)
+    for c, v in summary["baseline_val_losses"].items():
+        ax.axhline(max(float(v) - bayes, EXCESS_FLOOR), color="grey", ls=":", lw=1)
+        ax.text(
+            steps[-1],
+            max(float(v) - bayes, EXCESS_FLOOR),
+            f" learned {c}-gram",
+            fontsize=7,
+            va="bottom",
+            ha="right",
+            color="grey",
+        )
+    ax.set(
+        yscale="log",
+        xlabel="training step",
+        ylabel="best-so-far excess val. loss (nats)",
+        title="early stopping: best excess loss (dots: best step)",
+        xlim=(0, steps[-1]),
+    )
+    ax.legend(fontsize=7)
+    for ax, c in zip(axes[1:], contexts):
+        for label in labels:
+            ax.plot(
+                steps,
+                data["kl_baseline"].isel(size=labels.index(label)).sel(baseline=c).values,
+                color=colours[label],
+                label=label,
+            )
+            ax.axvline(stops[label], color=colours[label], ls="--", lw=1)
+        ax.set(
+            yscale="log",
+            xlabel="training step",
+            ylabel="KL (nats)",
+            xlim=(0, steps[-1]),
+            title=f"KL to the learned {c}-gram",
+        )
+    axes[1].plot([], [], "k--", lw=1, label="early-stopping step")
+    axes[1].legend(fontsize=7)
+    st = summary["setting"]
+    fig.suptitle(
+        f"Minimal transformer, d = {st['vocab']}, spans {tuple(st['blocks'])}: "
+        "smaller datasets stop early in a smaller-context class "
+        f"(lr {st['learning_rate']:.3g}, {st['steps']} steps)"
+    )
+    return fig

@@ -1,0 +1,317 @@
+"""Figure incremental-init-scale: excess validation loss of the minimal transformer against the step
+for several query-init scales q (paper Fig. 4 left; spec incremental.md §7 incremental-init-scale,
+§5.3).
+
+W_Q ~ U(-q, q) with W_V = 0 for q in {1e-3, 1e-6, 1e-9, 0}, and the default Xavier init (dashed).
+q <= 1e-6 trains in float64 (float32 quantises the head-to-head differences). q = 0 makes the heads
+exactly equal; the symmetric-subspace theory (§5.3) says they stay equal and the run stalls at the
+stage-1 plateau, so the figure draws that level twice: the truncated teacher A*_1's loss (the
+spec's yardstick) and the measured symmetric stall, the loss of the smallest q > 0 just before its
+heads split.
+
+The sweep machinery here (``SweepConfig``, ``train_sweep``) is shared with
+``figures.incremental.importance``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from simulate.incremental import markov_training
+from simulate.incremental.markov_training import LADDER_RULE, SPLIT_RULE, MarkovTrainConfig
+from simulate.store import load
+from theory.validation import require
+
+FIGURE_ID = "incremental-init-scale"
+FLOAT64_AT_OR_BELOW = 1e-6
+"""q in (0, 1e-6] trains in float64 (spec §4: repeat q <= 1e-6 in float64)."""
+STALL_RULE = (
+    "symmetric-stall level: validation loss of the smallest q > 0 at the last logged step "
+    f"before its heads split ({SPLIT_RULE})"
+)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Minimal transformer trained online on the Markov chain (AdamW lr 0.08), one run per swept
+    value; the task and sizes shared by the runs."""
+
+    FIGURE: ClassVar[str] = ""
+    vocab: int = 50
+    """d, vocabulary size."""
+    blocks: tuple[int, ...] = (2, 2, 2)
+    """lag-block sizes |I(k)|, most recent first."""
+    batch: int = 512
+    """fresh sequences per step (online)."""
+    validation: int = 512
+    """validation sequences."""
+    steps: int = 1500
+    """optimizer steps (a multiple of chunk)."""
+    log_every: int = 10
+    """steps between logged rows."""
+    chunk: int = 100
+    """steps per compiled chunk (a multiple of log_every)."""
+    seed: int = 0
+    """training seed (initialisation and data order)."""
+    teacher_seed: int = 0
+    """seed of the teacher and the validation set."""
+    quick: bool = False
+    """CPU-sized runs: 256 sequences per step and for validation, 1000 steps (d stays 50: at
+    d = 20 the truncated teacher A*_1 predicts worse than uniform and the ladder is not defined)."""
+    out: Path = Path("runs")
+    """output directory (the figure goes to OUT/<figure id>/)."""
+    quiet: bool = False
+    """no progress bars."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+
+    def __post_init__(self):
+        self.base()  # the training config validates the shared fields
+
+    def base(self) -> MarkovTrainConfig:
+        cfg = MarkovTrainConfig(
+            vocab=self.vocab,
+            blocks=self.blocks,
+            batch=self.batch,
+            validation=self.validation,
+            steps=self.steps,
+            log_every=self.log_every,
+            chunk=self.chunk,
+            seed=self.seed,
+            teacher_seed=self.teacher_seed,
+            quiet=self.quiet,
+        )
+        if self.quick:
+            cfg = replace(cfg, batch=256, validation=256, steps=1000)
+        return cfg
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, self.FIGURE)
+
+
+@dataclass(frozen=True)
+class InitScaleConfig(SweepConfig):
+    """Query-init scale sweep (paper Fig. 4 left): spans 2, 2, 2, m = 1.7, online 512/step."""
+
+    FIGURE: ClassVar[str] = FIGURE_ID
+    scales: tuple[float, ...] = (1e-3, 1e-6, 1e-9, 0.0)
+    """query-init scales q >= 0 (W_Q ~ U(-q, q), W_V = 0; 0: identical heads)."""
+    xavier: bool = True
+    """also train the default Xavier init (W_Q and W_V), drawn dashed."""
+    m: float = 1.7
+    """importance ratio m (dimensionless)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(
+            len(self.scales) > 0 and all(np.isfinite(q) and q >= 0 for q in self.scales),
+            "scales",
+            self.scales,
+            "one or more query-init scales >= 0",
+        )
+        require(len(set(self.scales)) == len(self.scales), "scales", self.scales, "distinct scales")
+
+    def runs(self) -> dict[str, MarkovTrainConfig]:
+        base = replace(self.base(), m=self.m)
+        runs = (
+            {}
+            if not self.xavier
+            else {"Xavier": replace(base, query_scale=None, out=self.run_dir() / "xavier")}
+        )
+        for q in self.scales:
+            tiny = 0 < q <= FLOAT64_AT_OR_BELOW
+            runs[f"q={q:g}"] = replace(
+                base,
+                query_scale=q,
+                out=self.run_dir() / f"q={q:g}",
+                precision="float64" if tiny else "auto",
+            )
+        return runs
+
+
+def train_sweep(runs: dict[str, MarkovTrainConfig]) -> tuple[xr.Dataset, dict[str, dict]]:
+    """Train each labelled run (one seed) and gather its validation loss, excess loss over its own
+    Bayes loss, KL to the truncated teachers and head asymmetry; plus each run's summary.json."""
+    rows, summaries = [], {}
+    for label, cfg in runs.items():
+        markov_training.run(cfg)
+        ds, _ = load(cfg.out)
+        summary = json.loads((cfg.out / "summary.json").read_text())
+        run = ds.isel(seed=0)
+        rows.append(
+            xr.Dataset(
+                {
+                    "val_loss": run["val_loss"].astype(float),
+                    "excess_loss": run["val_loss"].astype(float) - summary["bayes_loss"],
+                    "kl_yardstick": run["kl_yardstick"].astype(float),
+                    "head_asymmetry": run["head_asymmetry"].astype(float),
+                }
+            ).drop_vars("seed")
+        )
+        summaries[label] = summary
+    data = xr.concat(rows, dim="run").assign_coords(run=list(runs))
+    return data, summaries
+
+
+def run_row(label: str, summary: dict) -> dict:
+    """The per-run numbers both sweep figures report."""
+    return {
+        "run": label,
+        "dtype": summary["dtype"],
+        "ladder_steps": [float(t) for t in summary["ladder_steps_per_seed"][0]],
+        "heads_split_step": float(summary["heads_split_step_per_seed"][0]),
+        "final_val_loss": summary["final_val_loss"][0],
+        "final_excess_loss": summary["final_val_loss"][0] - summary["bayes_loss"],
+        "bayes_loss": summary["bayes_loss"],
+        "max_head_asymmetry": summary["max_head_asymmetry_per_seed"][0],
+    }
+
+
+def stall_level(steps, val_loss, split: float) -> float:
+    """``STALL_RULE``: the loss at the last logged step before ``split`` (nan if no split)."""
+    before = np.nonzero(np.asarray(steps) < split)[0]
+    return float(val_loss[before[-1]]) if np.isfinite(split) and before.size else float("nan")
+
+
+def compute(cfg: InitScaleConfig) -> tuple[xr.Dataset, dict]:
+    runs = cfg.runs()
+    data, summaries = train_sweep(runs)
+    rows = [{**run_row(label, summaries[label]), "q": runs[label].query_scale} for label in runs]
+    first = next(iter(summaries.values()))
+    levels = first["yardstick_losses"]
+    bayes = first["bayes_loss"]
+    smallest = min((r for r in rows if r["q"]), key=lambda r: r["q"], default=None)
+    stall = (
+        float("nan")
+        if smallest is None
+        else stall_level(
+            data["step"].values,
+            data["val_loss"].sel(run=smallest["run"]).values,
+            smallest["heads_split_step"],
+        )
+    )
+    summary = {
+        "ladder_rule": LADDER_RULE,
+        "split_rule": SPLIT_RULE,
+        "stall_rule": STALL_RULE,
+        "yardstick_losses": levels,
+        "bayes_loss": bayes,
+        "stall_level": stall,
+        "stall_from": None if smallest is None else smallest["run"],
+        "rows": rows,
+    }
+    if "q=0" in runs:
+        zero = next(r for r in rows if r["run"] == "q=0")
+        summary["symmetric"] = {
+            "dtype": zero["dtype"],
+            "max_head_asymmetry": zero["max_head_asymmetry"],
+            "heads_identical": zero["max_head_asymmetry"] == 0.0,
+            "final_val_loss": zero["final_val_loss"],
+            "final_minus_stall_level": zero["final_val_loss"] - stall,
+            "final_minus_A*_1_loss": zero["final_val_loss"] - levels["A*_1:1"],
+            "ladder_steps": zero["ladder_steps"],
+        }
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    lines = [
+        format_table(
+            [
+                "run",
+                "dtype",
+                "ladder steps (k=2, 3)",
+                "heads split",
+                "final val loss",
+                "final excess",
+                "max head asymmetry",
+            ],
+            [
+                [
+                    r["run"],
+                    r["dtype"],
+                    ", ".join(f"{float(s):g}" for s in r["ladder_steps"]),
+                    r["heads_split_step"],
+                    r["final_val_loss"],
+                    r["final_excess_loss"],
+                    r["max_head_asymmetry"],
+                ]
+                for r in summary["rows"]
+            ],
+        )
+    ]
+    levels = summary["yardstick_losses"]
+    lines.append(
+        f"levels: ln d {levels['uniform']:.4f}, A*_1 {levels['A*_1:1']:.4f}, "
+        f"A*_1:2 {levels['A*_1:2']:.4f}, Bayes {summary['bayes_loss']:.4f}, symmetric "
+        f"stall ({summary['stall_from']}) {summary['stall_level']:.4f}"
+    )
+    if "symmetric" in summary:
+        sym = summary["symmetric"]
+        lines.append(
+            f"q = 0 ({sym['dtype']}): max head asymmetry {sym['max_head_asymmetry']:.3g} "
+            f"(identical: {sym['heads_identical']}); final loss {sym['final_val_loss']:.4f}"
+            f" (stall level {sym['final_minus_stall_level']:+.4f}, A*_1 level "
+            f"{sym['final_minus_A*_1_loss']:+.4f})"
+        )
+    return "\n".join(lines)
+
+
+def run(cfg: InitScaleConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def draw_sweep(ax, data: xr.Dataset, rows: list[dict], colors: dict, dashed=()) -> None:
+    """Excess loss per run (log y) with each run's ladder steps marked on its curve."""
+    steps = data["step"].values
+    for r in rows:
+        y = data["excess_loss"].sel(run=r["run"]).values
+        ax.plot(
+            steps, y, color=colors[r["run"]], ls="--" if r["run"] in dashed else "-", label=r["run"]
+        )
+        for t in map(float, r["ladder_steps"]):  # "nan" when read back from JSON
+            if np.isfinite(t):
+                ax.plot(t, np.interp(t, steps, y), "o", color=colors[r["run"]], ms=5, mfc="none")
+    ax.plot([], [], "o", color="grey", mfc="none", label="ladder steps k = 2, 3")
+    ax.set(yscale="log", xlabel="step", ylabel="excess validation loss (nats)")
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+
+    rows = summary["rows"]
+    colors = dict(zip([r["run"] for r in rows], plt.cm.viridis(np.linspace(0, 0.9, len(rows)))))
+    colors["Xavier"] = "k"
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    draw_sweep(ax, data, rows, colors, dashed=("Xavier",))
+    bayes, levels = summary["bayes_loss"], summary["yardstick_losses"]
+    ax.axhline(levels["uniform"] - bayes, color="grey", ls=":", lw=1, label="ln d (uniform)")
+    ax.axhline(
+        levels["A*_1:1"] - bayes, color="tab:red", ls=":", lw=1, label="truncated teacher $A^*_1$"
+    )
+    ax.axhline(
+        levels["A*_1:2"] - bayes,
+        color="tab:orange",
+        ls=":",
+        lw=1,
+        label="truncated teacher $A^*_{1:2}$",
+    )
+    if np.isfinite(float(summary["stall_level"])):
+        ax.axhline(
+            summary["stall_level"] - bayes,
+            color="tab:purple",
+            ls="-.",
+            lw=1,
+            label=f"symmetric stall ({summary['stall_from']} before its heads split)",
+        )
+    ax.set_title("Minimal transformer: query-init scale q (W_V = 0; Xavier dashed)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,360 @@
+"""Figure incremental-minimal: the minimal transformer's KL ladder and attention maps (paper Fig. 1,
+Figs. 6-7; spec incremental.md §7 incremental-minimal, §5.8).
+
+(a) the ideal attention: head k uniform on the lags of block k, one colour channel per head;
+(b) KL(p_{A*_{1:k}} || model) on validation against the step, stages shaded (stage 1 from the
+    validation loss, ``STAGE1_RULE``; stages 2, 3 from the ladder steps, ``LADDER_RULE``);
+(c) the validation loss with the yardstick levels (ln d, each truncated teacher, Bayes);
+(d) the composite attention (one colour channel per head) at a few steps.
+Default: paper Fig. 1 (9000 training sequences, minibatches of 3000, 1100 steps, q = 1e-9,
+W_V = 0 per spec §8.4); quick: online, 256 fresh sequences per step (the Figs. 6-7 protocol).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from figures.incremental.timing_training import STAGE1_RULE, stage1_step
+from simulate.incremental import markov_training
+from simulate.incremental.markov_training import (
+    LADDER_RULE,
+    MarkovTrainConfig,
+    ladder_steps,
+    lag_blocks,
+    split_step,
+)
+from simulate.store import load
+from theory.validation import require
+
+FIGURE_ID = "incremental-minimal"
+HEAD_COLORS = np.array(
+    [
+        [1.0, 0.0, 0.0],
+        [0.0, 0.8, 0.0],
+        [0.1, 0.3, 1.0],
+        [1.0, 0.7, 0.0],
+        [0.8, 0.0, 0.8],
+        [0.0, 0.8, 0.8],
+    ]
+)
+"""colour of head k in the composite maps (RGB for three heads)."""
+LADDER_CHECK_RULE = (
+    "stage k = logged steps in [t_k, t_{k+1}) (t_1 the stage-1 step, t_2, t_3 the ladder steps, "
+    "nan = never); 'smallest during stage k': A*_{1:k} is the closest truncated "
+    "teacher in KL at every logged step of a non-empty stage k; 'KL to A*_1 rises after its "
+    "minimum': its minimum lies in stage 1 and its final value exceeds the minimum by more than "
+    "10%"
+)
+RISE = 0.1
+"""relative rise of KL(A*_1 || model) above its minimum that counts as rising."""
+
+
+@dataclass(frozen=True)
+class MinimalConfig(MarkovTrainConfig):
+    """Paper Fig. 1: spans 2, 2, 2, m = 1.7, 9000 sequences, batch 3000, AdamW lr 0.08."""
+
+    train_size: int | None = 9000
+    """n: training sequences (None: online, fresh sequences every step)."""
+    batch: int = 3000
+    """sequences per step (minibatches of min(batch, n) without replacement)."""
+    validation: int = 3000
+    """validation sequences."""
+    steps: int = 1100
+    """optimizer steps (a multiple of chunk)."""
+    map_steps: tuple[int, ...] = (150, 500, 1000)
+    """steps whose attention maps are drawn (the nearest logged steps)."""
+    out: Path = Path("runs")
+    """output directory (the figure goes to OUT/incremental-minimal/)."""
+    quick: bool = False
+    """CPU-sized run: online, 256 sequences per step, 256 validation sequences, 1000 steps, maps
+    at 0, 300, 600, 1000 (d stays 50: at d = 20 the truncated teacher A*_1 predicts worse than
+    uniform, so the ladder has no first class)."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(
+            len(self.map_steps) > 0 and all(0 <= s <= self.steps for s in self.map_steps),
+            "map_steps",
+            self.map_steps,
+            f"one or more steps in [0, steps = {self.steps}]",
+        )
+
+    def training(self) -> MarkovTrainConfig:
+        base = {f.name: getattr(self, f.name) for f in fields(MarkovTrainConfig)}
+        cfg = MarkovTrainConfig(**{**base, "out": self.run_dir() / "training", "seeds": 1})
+        if self.quick:
+            cfg = replace(cfg, train_size=None, batch=256, validation=256, steps=1000)
+        return cfg
+
+    def maps_at(self) -> tuple[int, ...]:
+        return (0, 300, 600, 1000) if self.quick else self.map_steps
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+
+def nearest_steps(steps, wanted) -> list[int]:
+    """The logged step nearest each wanted step."""
+    steps = np.asarray(steps)
+    return [int(steps[np.argmin(np.abs(steps - w))]) for w in wanted]
+
+
+def ideal_attention(task) -> np.ndarray:
+    """(H = h, generated, L): head k attends uniformly to the lags of block k from each generated
+    query (the solution of paper Fig. 1 'ideal attention')."""
+    M = lag_blocks(task)
+    return np.moveaxis(M / np.asarray(task.blocks, float), -1, 0)
+
+
+def composite(maps, scale: float) -> np.ndarray:
+    """RGB image (query, key, 3) of per-head maps (H, query, key): head k in ``HEAD_COLORS[k]``,
+    intensity attention / ``scale``, clipped to [0, 1]."""
+    maps = np.clip(np.asarray(maps, float) / scale, 0, 1)
+    return np.clip(np.einsum("hqk,hc->qkc", maps, HEAD_COLORS[: maps.shape[0]]), 0, 1)
+
+
+def stage_masks(steps, bounds) -> list[np.ndarray]:
+    """Boolean masks of stages 1..h over the logged steps: stage k is [t_k, t_{k+1}) with
+    ``bounds`` = [t_1, ..., t_h]; a nan boundary is never reached (its stage is empty and the
+    stage before it runs on)."""
+    steps = np.asarray(steps, float)
+    edges = [np.inf if not np.isfinite(t) else t for t in bounds] + [np.inf]
+    masks = []
+    for k in range(len(bounds)):
+        later = min(edges[k + 1 :])
+        masks.append((steps >= edges[k]) & (steps < later))
+    return masks
+
+
+def ladder_check(steps, kl, bounds) -> dict:
+    """``LADDER_CHECK_RULE`` on one run: ``kl`` (step, h) to A*_{1:k}, ``bounds`` [t_1, ..., t_h]
+    (stage-1 step, then the ladder steps)."""
+    steps, kl = np.asarray(steps, float), np.asarray(kl, float)
+    closest = np.argmin(kl, axis=-1) + 1
+    masks = stage_masks(steps, bounds)
+    out = {}
+    for k, mask in enumerate(masks[:2], start=1):
+        frac = float(np.mean(closest[mask] == k)) if mask.any() else float("nan")
+        out[f"stage{k}_logged_steps"] = int(mask.sum())
+        out[f"stage{k}_fraction_closest_{k}"] = frac
+        out[f"stage{k}_closest_is_A*_1:{k}"] = bool(mask.any() and frac == 1.0)
+    i_min = int(np.argmin(kl[:, 0]))
+    kl_min, kl_final = float(kl[i_min, 0]), float(kl[-1, 0])
+    in_stage1 = bool(masks[0][i_min])
+    out.update(
+        {
+            "kl1_min_step": float(steps[i_min]),
+            "kl1_min": kl_min,
+            "kl1_final": kl_final,
+            "kl1_min_in_stage1": in_stage1,
+            "kl1_rises_after_min": in_stage1 and kl_final > (1 + RISE) * kl_min,
+        }
+    )
+    return out
+
+
+def compute(cfg: MinimalConfig) -> tuple[xr.Dataset, dict]:
+    training = cfg.training()
+    markov_training.run(training)
+    ds, _ = load(training.out)
+    run_summary = json.loads((training.out / "summary.json").read_text())
+    run = ds.isel(seed=0, layer=0)
+    steps = run["step"].values
+    kl = run["kl_yardstick"].values.astype(float)
+    ladder = ladder_steps(steps, kl)
+    levels = run_summary["yardstick_losses"]
+    val = run["val_loss"].values.astype(float)
+    bounds = [stage1_step(steps, val, levels["uniform"], levels["A*_1:1"]), *ladder]
+    at = nearest_steps(steps, cfg.maps_at())
+    task = training.task()
+    data = xr.Dataset(
+        {
+            "val_loss": (("step",), val),
+            "train_loss": (("step",), run["train_loss"].values.astype(float)),
+            "kl_yardstick": (("step", "yardstick"), kl),
+            "attention_map": (
+                ("map_step", "head", "query", "key"),
+                run["attention_map"].sel(step=at).values.astype(float),
+            ),
+            "ideal_attention": (("head", "query", "key"), ideal_attention(task)),
+        },
+        coords={
+            "step": steps,
+            "yardstick": run["yardstick"].values,
+            "map_step": at,
+            "head": run["head"].values,
+            "query": run["query"].values,
+            "key": run["key"].values,
+        },
+    )
+    final = float(val[-1])
+    bayes = run_summary["bayes_loss"]
+    summary = {
+        "training_run": str(training.out),
+        "ladder_rule": LADDER_RULE,
+        "ladder_check_rule": LADDER_CHECK_RULE,
+        "split_rule": markov_training.SPLIT_RULE,
+        "stage1_rule": STAGE1_RULE,
+        "stage_boundaries": bounds,
+        "ladder_steps": ladder,
+        "heads_split_step": split_step(steps, run["block_mass"].values),
+        "yardstick_losses": levels,
+        "bayes_loss": bayes,
+        "final_val_loss": final,
+        "final_minus_bayes": final - bayes,
+        "best_val_step": run_summary["best_val_step_per_seed"][0],
+        "best_val_loss": run_summary["best_val_loss_per_seed"][0],
+        "dtype": run_summary["dtype"],
+        "map_steps": at,
+        "ladder_check": ladder_check(steps, kl, bounds),
+        "run_seconds": run_summary.get("run_seconds"),
+    }
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    check = summary["ladder_check"]
+    levels = summary["yardstick_losses"]
+
+    def stage(k: int) -> str:
+        return (
+            f"{check[f'stage{k}_closest_is_A*_1:{k}']} "
+            f"({check[f'stage{k}_fraction_closest_{k}']:.2f} of "
+            f"{check[f'stage{k}_logged_steps']} logged steps)"
+        )
+
+    rise = (
+        f"{check['kl1_rises_after_min']} (min {check['kl1_min']:.3f} at step "
+        f"{check['kl1_min_step']:g}, final {check['kl1_final']:.3f})"
+    )
+    rows = [
+        [
+            "stage boundaries t_1 (loss), t_2, t_3 (ladder)",
+            ", ".join(f"{float(s):.4g}" for s in summary["stage_boundaries"]),
+        ],
+        ["heads split step", summary["heads_split_step"]],
+        ["final val loss", summary["final_val_loss"]],
+        ["Bayes loss", summary["bayes_loss"]],
+        ["final - Bayes", summary["final_minus_bayes"]],
+        ["best val step", summary["best_val_step"]],
+        [
+            "levels ln d, A*_1, A*_1:2",
+            ", ".join(f"{levels[k]:.4f}" for k in ("uniform", "A*_1:1", "A*_1:2")),
+        ],
+        ["stage 1: A*_1 closest", stage(1)],
+        ["KL to A*_1 rises after its min", rise],
+        ["stage 2: A*_1:2 closest", stage(2)],
+    ]
+    return format_table(["quantity", "value"], rows)
+
+
+def run(cfg: MinimalConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def _draw_map(ax, image, data: xr.Dataset, title: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    q, k = data["query"].values, data["key"].values
+    ax.imshow(
+        image,
+        origin="upper",
+        interpolation="nearest",
+        extent=(k[0] - 0.5, k[-1] + 0.5, q[-1] + 0.5, q[0] - 0.5),
+    )
+    ax.set(title=title, xlabel="key position", ylabel="query position")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot(data: xr.Dataset, summary: dict):
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    steps = data["step"].values
+    H = data.sizes["head"]
+    scale = float(data["ideal_attention"].max())  # full intensity = the ideal weight per lag
+    maps = data["map_step"].values
+    fig = plt.figure(figsize=(16, 9))
+    outer = fig.add_gridspec(2, 1, height_ratios=(1, 1))
+    ax_ideal, ax_kl, ax_loss = (
+        fig.add_subplot(g) for g in outer[0].subgridspec(1, 3, width_ratios=(1, 1.4, 1.4))
+    )
+    _draw_map(
+        ax_ideal,
+        composite(data["ideal_attention"].values, scale),
+        data,
+        "(a) ideal attention (head k on block k)",
+    )
+    ax_ideal.legend(
+        handles=[Patch(color=HEAD_COLORS[k], label=f"head {k + 1}") for k in range(H)],
+        fontsize=7,
+        loc="lower left",
+    )
+
+    # stage k runs from t_k to the next finite boundary (a nan boundary is never reached)
+    bounds = [float(t) for t in summary["stage_boundaries"]]
+    colors = ("tab:red", "tab:orange", "tab:green", "tab:blue")
+    for ax in (ax_kl, ax_loss):
+        for k, a in enumerate(bounds):
+            later = [b for b in bounds[k + 1 :] if np.isfinite(b)]
+            b = later[0] if later else float(steps[-1])
+            if np.isfinite(a) and b > a:
+                ax.axvspan(
+                    a,
+                    b,
+                    color=colors[k % 4],
+                    alpha=0.08,
+                    label=f"stage {k + 1}" if ax is ax_kl else None,
+                )
+    for i, k in enumerate(data["yardstick"].values):
+        ax_kl.plot(
+            steps,
+            data["kl_yardstick"].values[:, i],
+            color=colors[i % 4],
+            label=f"KL($A^*_{{1:{k}}}$ || model)",
+        )
+    ax_kl.set(
+        yscale="log",
+        xlabel="step",
+        ylabel="KL (nats)",
+        title="(b) KL to the truncated teachers; stages shaded",
+    )
+    ax_kl.legend(fontsize=7)
+
+    levels = summary["yardstick_losses"]
+    ax_loss.plot(steps, data["val_loss"].values, "k", label="validation loss")
+    ax_loss.axhline(levels["uniform"], color="grey", ls=":", lw=1, label="ln d (uniform)")
+    h = data.sizes["yardstick"]
+    for i in range(1, h):
+        ax_loss.axhline(
+            levels[f"A*_1:{i}"],
+            color=colors[(i - 1) % 4],
+            ls=":",
+            lw=1,
+            label=f"truncated teacher $A^*_{{1:{i}}}$",
+        )
+    ax_loss.axhline(
+        summary["bayes_loss"], color="k", ls="--", lw=1, label=f"Bayes loss ($A^*_{{1:{h}}}$)"
+    )
+    ax_loss.set(xlabel="step", ylabel="loss (nats)", title="(c) validation loss")
+    ax_loss.legend(fontsize=7)
+
+    for j, (s, g) in enumerate(zip(maps, outer[1].subgridspec(1, len(maps)))):
+        ax = fig.add_subplot(g)
+        _draw_map(
+            ax,
+            composite(data["attention_map"].values[j], scale),
+            data,
+            f"(d) composite attention, step {s}",
+        )
+    fig.suptitle("Minimal transformer on the Markov chain: complexity ladder and attention maps")
+    fig.tight_layout()
+    return fig

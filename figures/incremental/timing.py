@@ -1,0 +1,315 @@
+"""Figure incremental-timing: predicted vs measured stage times (spec incremental.md §7
+incremental-timing, §5.6). (i) ODE half: the reduced head system across the symmetry-breaking scale
+eps and the importance ratio m, for both metrics (predictions from ``theory.incremental.stages``).
+(ii) Training half (``figures.incremental.timing_training``): the minimal transformer's stage
+boundaries in steps across the query-init scale q and m, against the reduced system integrated from
+the networks' initial logits with one calibrated time-scale factor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from figures.core.output import figure_dir, format_table, run_figure
+from figures.incremental import timing_training as training_half
+from simulate.incremental.head_ode import plateau_levels, solve
+from simulate.incremental.lumped_escape import lumped_escape_time
+from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time
+from theory.incremental.heads import METRICS, HeadSetting
+from theory.incremental.stages import predict_stages, vertex_decay_coefficient
+from theory.validation import require
+
+FIGURE_ID = "incremental-timing"
+
+
+@dataclass
+class TimingConfig:
+    """ODE timing sweep (paper Fig. 10 system; eps and m grids of the spec)."""
+
+    eps: tuple[float, ...] = (1e-3, 1e-6, 1e-9, 1e-12)
+    """initial logit-noise scales (dimensionless, > 0)."""
+    m: tuple[float, ...] = (1.3, 1.5, 1.7, 2.0)
+    """importance ratios m (dimensionless, > 1 so that the blocks are ordered)."""
+    metrics: tuple[str, ...] = METRICS
+    """metrics to sweep: replicator and/or logit."""
+    heads: int = 3
+    """H, number of heads."""
+    window: int = 40
+    """T, number of lags."""
+    seeds: int = 3
+    """noise seeds per (m, eps), vmapped."""
+    seed: int = 0
+    """first noise seed."""
+    quick: bool = False
+    """CPU-sized sweep: m in {1.5, 2.0}, eps in {1e-3, 1e-6, 1e-9}, one seed."""
+    out: Path = Path("runs")
+    """output directory."""
+    quiet: bool = False
+    """no progress bar."""
+    replot: bool = False
+    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+    training: bool = True
+    """also run the training half: the minimal transformer over a (q, m) grid (part ii)."""
+    train: training_half.TrainingGrid = field(default_factory=training_half.TrainingGrid)
+    """grid and sizes of the training half (quick: q in {1e-3, 1e-7}, m in {1.5, 1.7}, one seed,
+    256 sequences per step, 1000 steps)."""
+
+    def __post_init__(self):
+        require(
+            len(self.eps) > 0 and all(e > 0 for e in self.eps),
+            "eps",
+            self.eps,
+            "one or more noise scales > 0",
+        )
+        require(
+            len(self.m) > 0 and all(x > 1 for x in self.m),
+            "m",
+            self.m,
+            "one or more importance ratios > 1",
+        )
+        require(
+            all(x in METRICS for x in self.metrics),
+            "metrics",
+            self.metrics,
+            f"a subset of {METRICS}",
+        )
+        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
+        HeadSetting(heads=self.heads, window=self.window)
+
+    def grid(self):
+        if self.quick:
+            return (1.5, 2.0), (1e-3, 1e-6, 1e-9), 1
+        return self.m, self.eps, self.seeds
+
+    def run_dir(self) -> Path:
+        return figure_dir(self.out, FIGURE_ID)
+
+
+def asymptotic_sqrt_slope(setting: HeadSetting) -> float:
+    """Derived d sqrt(t_2 - t_1) / d ln(1/eps) as eps -> 0: 1/(2 sqrt(kappa)), times sqrt(T) under
+    the logit metric, kappa = m_2^2 / |c_2| (``theory.incremental.stages``)."""
+    m = setting.importance_values
+    c = vertex_decay_coefficient(setting.heads, m[0], m[1])
+    slope = 1 / (2 * math.sqrt(m[1] ** 2 / abs(c)))
+    return slope * (math.sqrt(setting.window) if setting.metric == "logit" else 1.0)
+
+
+def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
+    """Predicted and measured stage times over (metric, m, eps, seed); one vmapped solve per
+    metric. Stage 1 is measured at the lead-block mass 1/2, later stages at the loss midpoints."""
+    ms, epss, n_seeds = cfg.grid()
+    seeds = [cfg.seed + k for k in range(n_seeds)]
+    shape = (len(cfg.metrics), len(ms), len(epss))
+    predicted = measured = midpoint = None
+    timing, slopes = {}, []
+    for a, metric in enumerate(cfg.metrics):
+        base = HeadSetting(heads=cfg.heads, window=cfg.window, metric=metric)
+        settings = {m: replace(base, m=m) for m in ms}
+        preds = {
+            (m, e): predict_stages(settings[m], e, t1=lumped_escape_time(settings[m]))
+            for m in ms
+            for e in epss
+        }
+        K = len(preds[(ms[0], epss[0])])
+        if predicted is None:
+            predicted = np.full((*shape, K), np.nan)
+            measured = np.full((*shape, n_seeds, K), np.nan)
+            midpoint = np.full((*shape, n_seeds, K), np.nan)
+        combos = list(itertools.product(range(len(ms)), range(len(epss)), range(n_seeds)))
+        t_max = 2.0 * max(p.time for ps in preds.values() for p in ps if math.isfinite(p.time))
+        batch = solve(
+            base,
+            [epss[e] for _, e, _ in combos],
+            [seeds[k] for *_, k in combos],
+            t_max,
+            n_save=400,
+            targets=np.stack([settings[ms[i]].target() for i, _, _ in combos]),
+            levels=np.stack([plateau_levels(settings[ms[i]]) for i, _, _ in combos]),
+            progress=not cfg.quiet,
+        )
+        timing[metric] = {
+            "trajectories": len(combos),
+            "t_max": t_max,
+            "compile_seconds": batch.compile_seconds,
+            "run_seconds": batch.run_seconds,
+        }
+        for (i, e, k), crossing, s in zip(combos, batch.crossings, batch.s):
+            pr = preds[(ms[i], epss[e])]
+            predicted[a, i, e] = [p.time for p in pr]
+            midpoint[a, i, e, k] = crossing
+            measured[a, i, e, k] = crossing
+            measured[a, i, e, k, 0] = lead_mass_time(batch.ts, s, settings[ms[i]].lags(pr[0].block))
+        for i, m in enumerate(ms):
+            delays = np.nanmean(measured[a, i, :, :, 1] - measured[a, i, :, :, 0], axis=-1)
+            fit = np.polyfit(np.log(1 / np.asarray(epss)), np.sqrt(delays), 1)[0]
+            slopes.append(
+                {
+                    "metric": metric,
+                    "m": m,
+                    "fitted_sqrt_slope": float(fit),
+                    "derived_asymptotic_sqrt_slope": asymptotic_sqrt_slope(settings[m]),
+                }
+            )
+    dims = ("metric", "m", "eps")
+    data = xr.Dataset(
+        {
+            "predicted_time": ((*dims, "stage"), predicted),
+            "measured_time": ((*dims, "seed", "stage"), measured),
+            "loss_midpoint_time": ((*dims, "seed", "stage"), midpoint),
+        },
+        coords={
+            "metric": list(cfg.metrics),
+            "m": list(ms),
+            "eps": list(epss),
+            "seed": seeds,
+            "stage": np.arange(1, predicted.shape[-1] + 1),
+        },
+    )
+    ratio = data["measured_time"].mean("seed") / data["predicted_time"]
+    rows = [
+        {
+            "metric": mt,
+            "m": m,
+            "eps": e,
+            "stage": int(k),
+            "predicted": float(data["predicted_time"].sel(metric=mt, m=m, eps=e, stage=k)),
+            "measured": float(
+                data["measured_time"].sel(metric=mt, m=m, eps=e, stage=k).mean("seed")
+            ),
+            "measured_over_predicted": float(ratio.sel(metric=mt, m=m, eps=e, stage=k)),
+        }
+        for mt in cfg.metrics
+        for m in ms
+        for e in epss
+        for k in data["stage"].values
+    ]
+    summary = {
+        "stage_time_rule": f"stage 1: {STAGE1_EVENT}; stages >= 2: {RULE}",
+        "grid": {
+            "m": ms,
+            "eps": epss,
+            "seeds": n_seeds,
+            "heads": cfg.heads,
+            "window": cfg.window,
+            "metrics": list(cfg.metrics),
+        },
+        "rows": rows,
+        "sqrt_slopes": slopes,
+        "timing": timing,
+    }
+    if cfg.training:
+        grid = cfg.train.quick() if cfg.quick else cfg.train
+        train_data, summary["training"] = training_half.training_timing(
+            grid, cfg.run_dir() / "training", cfg.quiet
+        )
+        data = xr.merge([data, train_data])
+    return data, summary
+
+
+def report(summary: dict) -> str:
+    rows = [
+        [
+            r["metric"],
+            r["m"],
+            r["eps"],
+            r["stage"],
+            r["predicted"],
+            r["measured"],
+            r["measured_over_predicted"],
+        ]
+        for r in summary["rows"]
+    ]
+    lines = [
+        format_table(
+            ["metric", "m", "eps", "stage", "t predicted", "t measured", "measured/pred"], rows
+        ),
+        format_table(
+            ["metric", "m", "fitted d sqrt(t2-t1)/d ln(1/eps)", "derived (eps->0)"],
+            [
+                [s["metric"], s["m"], s["fitted_sqrt_slope"], s["derived_asymptotic_sqrt_slope"]]
+                for s in summary["sqrt_slopes"]
+            ],
+        ),
+    ]
+    lines += [
+        f"{metric}: {t['trajectories']} trajectories vmapped, compile "
+        f"{t['compile_seconds']:.2f} s, run {t['run_seconds']:.2f} s"
+        for metric, t in summary["timing"].items()
+    ]
+    if "training" in summary:
+        lines.append(training_half.report(summary["training"]))
+    return "\n".join(lines)
+
+
+def run(cfg: TimingConfig) -> dict:
+    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+
+
+def plot(data: xr.Dataset, summary: dict):
+    """Draw the figure from stored data only (the summary is not needed here)."""
+    del summary
+    import matplotlib.pyplot as plt
+
+    metrics, ms = list(data["metric"].values), list(data["m"].values)
+    L = np.log(1 / data["eps"].values)
+    training = "train_measured_step" in data
+    n_rows = len(metrics) + training
+    fig, axes = plt.subplots(n_rows, 3, figsize=(14, 4.2 * n_rows), squeeze=False)
+    colors = dict(zip(ms, plt.cm.plasma(np.linspace(0, 0.85, len(ms)))))
+    for row, metric in zip(axes, metrics):
+        pred = data["predicted_time"].sel(metric=metric)
+        meas = data["measured_time"].sel(metric=metric)
+        ax = row[0]
+        ax.plot(
+            ms,
+            pred.sel(stage=1).isel(eps=0).values,
+            "k--",
+            label="predicted $t_1$ (lumped symmetric system)",
+        )
+        for m in ms:
+            y = meas.sel(m=m, stage=1).values.ravel()
+            ax.plot(np.full(y.size, m), y, "o", color=colors[m], ms=4)
+        ax.plot([], [], "o", color="grey", label="measured (all eps, seeds)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="importance ratio m",
+            ylabel="stage-1 time $t_1$ (ODE time)",
+            title=f"{metric}: $t_1$ (lead-block mass 1/2) against m",
+        )
+        ax.set_xticks(ms, [f"{m:g}" for m in ms])
+        ax.minorticks_off()
+        ax.legend(fontsize=8)
+        for col, stage in ((1, 2), (2, 3)):
+            if stage > data.sizes["stage"]:
+                row[col].set_visible(False)
+                continue
+            ax = row[col]
+            for m in ms:
+                d_pred = (pred.sel(m=m, stage=stage) - pred.sel(m=m, stage=stage - 1)).values
+                d_meas = (meas.sel(m=m, stage=stage) - meas.sel(m=m, stage=stage - 1)).values
+                ax.plot(L, d_pred, "--", color=colors[m])
+                for x, y in zip(L, d_meas):
+                    ax.plot(np.full(y.size, x), y, "o", color=colors[m], ms=4)
+                ax.plot([], [], "o--", color=colors[m], label=f"m = {m:g}")
+            ax.set(
+                yscale="log",
+                xlabel="ln(1/eps)",
+                ylabel=f"$t_{stage} - t_{stage - 1}$ (ODE time)",
+                title=f"{metric}: plateau before stage {stage} (dashed: predicted)",
+            )
+            ax.legend(fontsize=8)
+    if training:
+        training_half.plot_row(axes[-1], data)
+    fig.suptitle(
+        "Reduced head ODE: predicted (dashed) vs measured (dots) stage times"
+        + ("; bottom row: minimal transformer training" if training else "")
+    )
+    fig.tight_layout()
+    return fig

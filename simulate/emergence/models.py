@@ -1,0 +1,119 @@
+"""Models of the emergence paper (spec emergence.md §3, project defaults [derived]).
+
+``CausalTransformer``: 1 or 2 pre-LayerNorm blocks, H heads of dimension d_h (d_model = H d_h),
+learned absolute positions, MLP 4x, untied read-out. The attention-bias intervention (§3) adds
+c * B[q, k] to the first layer's attention logits, where B is the 0/1 true pattern of the task
+(``emergence_tasks.linear_map_pattern`` / ``ca_pattern``).
+
+``CausalMixer``: MLP-Mixer of the same depth and width whose token-mixing MLP uses
+lower-triangular masked (T x T) weights, so position p sees only positions <= p; then a channel
+MLP.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+def _dense(key, n_in, n_out, dtype):
+    return (jax.random.normal(key, (n_in, n_out)) / math.sqrt(n_in)).astype(dtype)
+
+
+def _layer_norm(x, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / jnp.sqrt(x.var(-1, keepdims=True) + eps)
+
+
+class CausalTransformer(eqx.Module):
+    embed: jax.Array
+    pos: jax.Array
+    qkv: list
+    out: list
+    mlp_in: list
+    mlp_out: list
+    readout: jax.Array
+    heads: int = eqx.field(static=True)
+    head_dim: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        vocab: int,
+        length: int,
+        *,
+        layers: int = 1,
+        heads: int = 8,
+        head_dim: int = 8,
+        key,
+        dtype=jnp.float32,
+    ):
+        d = heads * head_dim
+        k = iter(jax.random.split(key, 3 + 4 * layers))
+        self.heads, self.head_dim = heads, head_dim
+        self.embed = (jax.random.normal(next(k), (vocab, d))).astype(dtype)
+        self.pos = (0.1 * jax.random.normal(next(k), (length, d))).astype(dtype)
+        self.qkv = [_dense(next(k), d, 3 * d, dtype) for _ in range(layers)]
+        self.out = [_dense(next(k), d, d, dtype) for _ in range(layers)]
+        self.mlp_in = [_dense(next(k), d, 4 * d, dtype) for _ in range(layers)]
+        self.mlp_out = [_dense(next(k), 4 * d, d, dtype) for _ in range(layers)]
+        self.readout = _dense(next(k), d, vocab, dtype)
+
+    def logits_and_attention(self, tokens, bias=None):
+        """Logits (T, vocab) and attention (layers, H, T, T) of one sequence; ``bias`` (T, T) is
+        added to the first layer's attention logits (the attention-bias intervention)."""
+        T = tokens.shape[0]
+        x = self.embed[tokens] + self.pos[:T]
+        mask = jnp.tril(jnp.ones((T, T), bool))
+        attns = []
+        for layer in range(len(self.qkv)):
+            q, k, v = jnp.split(_layer_norm(x) @ self.qkv[layer], 3, axis=-1)
+            q, k, v = (a.reshape(T, self.heads, self.head_dim) for a in (q, k, v))
+            scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(self.head_dim)
+            if bias is not None and layer == 0:
+                scores = scores + bias.astype(scores.dtype)
+            a = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
+            attns.append(a)
+            x = x + jnp.einsum("hqk,khd->qhd", a, v).reshape(T, -1) @ self.out[layer]
+            x = x + jax.nn.gelu(_layer_norm(x) @ self.mlp_in[layer]) @ self.mlp_out[layer]
+        return _layer_norm(x) @ self.readout, jnp.stack(attns)
+
+    def __call__(self, tokens, bias=None):
+        return self.logits_and_attention(tokens, bias)[0]
+
+
+class CausalMixer(eqx.Module):
+    embed: jax.Array
+    pos: jax.Array
+    token_in: list
+    token_out: list
+    mlp_in: list
+    mlp_out: list
+    readout: jax.Array
+
+    def __init__(
+        self, vocab: int, length: int, *, layers: int = 1, width: int = 64, key, dtype=jnp.float32
+    ):
+        k = iter(jax.random.split(key, 3 + 4 * layers))
+        self.embed = jax.random.normal(next(k), (vocab, width)).astype(dtype)
+        self.pos = (0.1 * jax.random.normal(next(k), (length, width))).astype(dtype)
+        self.token_in = [_dense(next(k), length, length, dtype) for _ in range(layers)]
+        self.token_out = [_dense(next(k), length, length, dtype) for _ in range(layers)]
+        self.mlp_in = [_dense(next(k), width, 4 * width, dtype) for _ in range(layers)]
+        self.mlp_out = [_dense(next(k), 4 * width, width, dtype) for _ in range(layers)]
+        self.readout = _dense(next(k), width, vocab, dtype)
+
+    def __call__(self, tokens, bias=None):
+        del bias  # no attention to bias
+        T = tokens.shape[0]
+        x = self.embed[tokens] + self.pos[:T]
+        mask = jnp.tril(jnp.ones((T, T), x.dtype))
+        for layer in range(len(self.token_in)):
+            # token mixing: rows are output positions; masking keeps output p on inputs <= p
+            w_in = self.token_in[layer][:T, :T] * mask
+            w_out = self.token_out[layer][:T, :T] * mask
+            x = x + w_out @ jax.nn.gelu(w_in @ _layer_norm(x))
+            x = x + jax.nn.gelu(_layer_norm(x) @ self.mlp_in[layer]) @ self.mlp_out[layer]
+        return _layer_norm(x) @ self.readout

@@ -1,0 +1,493 @@
+"""Population gradient flow of the focus-dilution model (Chen, Lin, Xu, Luo, "Focus and Dilution",
+arXiv:2605.01199; spec ``focus_dilution.md`` §3.3, §4, §5, §6).
+
+* ``population_loss``: the spec's boxed ``L(M, Phi)`` in JAX, composed with ``M = W0 W1`` and
+  ``Phi = s W0 WQ WK^T W0^T``. Its ``jax.grad`` is the vector field; the tests check it against the
+  closed-form gradients of ``theory.focus_dilution.population``.
+* ``solve_flow``: diffrax (Tsit5, PID controller, float64) on the full parameter pytree
+  ``(W0, WQ, WK, W1)`` from ``N(0, eps^2)`` entries, one compiled program ``jax.vmap``-ed over runs
+  (each run its own ``pi``, ``P``, ``eps`` and seed); observables of spec §6 on a saved time grid.
+* ``manifold_trajectory`` / ``stage_four_point`` / ``symmetry_breaking_slope``: the reduced flow on
+  the rank-one manifold (spec §5.4; theory in ``theory.focus_dilution.manifold``) integrated with
+  diffrax, its rest point (end of Stage III) and the Stage-IV rate ``k_delta`` (spec §5.5).
+* ``stage_onsets`` and the rate fits: measured stage times and growth rates with the rules below.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from theory.focus_dilution.manifold import (
+    StageFourPoint,
+    rest_point,
+    second_point_state,
+    symmetric_pi,
+)
+from theory.focus_dilution.population import Parameters, transition_matrix, validate_pi
+from theory.focus_dilution.stages import entropy, stage_two_rate
+from theory.validation import require
+
+RTOL, ATOL = 1e-9, 1e-12
+MAX_STEPS = 2_000_000
+N_SINGULAR = 3
+"""top singular values logged per matrix (spec §6; zeros beyond a matrix's rank bound)."""
+
+ONSET_RULES = {
+    "I": "loss falls below the midpoint of [H(pi), ln d]",
+    "II": "p_h(h) (attention of the most frequent query h on itself) rises above the midpoint of "
+    "[pi_h, 1]",
+    "III": "after onset II, the largest per-query attention entropy max_q H_q rises above its "
+    "value at onset I (= H(pi) in the population model; dilution: a query spreads its "
+    "attention beyond the unfocused law)",
+    "IV": "after onset III, sigma_2(W0) rises above 1/2 (a second embedding direction of size "
+    "O(1): the escape from the Stage-IV point that t_IV predicts)",
+}
+STAGE_FOUR_LEVEL = 0.5
+RATE_WINDOW_RULE = (
+    "least-squares slope of ln y(t) over the first stretch of saved times with lo < y < hi. "
+    "sigma: y = ||(W0, W1)||_F (distance from the origin, the Stage-I critical point), "
+    "lo = 30 y(0), hi = 0.03 g (g = ||gamma|| at theta_c^1); c: y = ||WQ WK^T||_2 (times after "
+    "onset I), lo = 30 y(onset I), hi = 0.03, rate = slope / 2; mu_IV: y = sigma_2(W0) after onset "
+    "II, lo = 3 x its minimum there, hi = 0.1"
+)
+WINDOW_LO, WINDOW_HI = 30.0, 0.03
+MU_WINDOW_LO, MU_WINDOW_HI = 3.0, 0.1
+
+
+# --- the model in JAX (spec §3.2-3.3) -------------------------------------------------------------
+def population_loss_mphi(M, Phi, pi, P):
+    """``L(M, Phi) = -sum_q pi_q sum_k P_qk log S_qk``, ``S = rowsoftmax(A M)``,
+    ``A_qk = p_q(k) ∝ pi_k e^{Phi_qk}`` (spec §3.3)."""
+    A = jax.nn.softmax(jnp.log(pi)[None, :] + Phi, axis=-1)
+    log_S = jax.nn.log_softmax(A @ M, axis=-1)
+    return -jnp.sum(pi[:, None] * P * log_S)
+
+
+def maps(params: Parameters, qk_scale: float = 1.0):
+    """``(M, Phi) = (W0 W1, s W0 WQ WK^T W0^T)``."""
+    W0, WQ, WK, W1 = params
+    return W0 @ W1, qk_scale * (W0 @ WQ @ WK.T @ W0.T)
+
+
+def population_loss(params: Parameters, pi, P, qk_scale: float = 1.0):
+    """The population loss of the trained parameters ``theta = (W0, WQ, WK, W1)``."""
+    return population_loss_mphi(*maps(params, qk_scale), pi, P)
+
+
+def flow_field(params: Parameters, pi, P, qk_scale: float = 1.0) -> Parameters:
+    """``theta' = -dL/dtheta`` (population gradient flow)."""
+    grads = jax.grad(population_loss)(params, pi, P, qk_scale)
+    return jax.tree_util.tree_map(jnp.negative, grads)
+
+
+def initial_parameters(key, d: int, m: int, m_k: int, eps) -> Parameters:
+    """Every entry i.i.d. ``N(0, eps^2)`` (spec §3.1); one key per matrix from ``key``."""
+    keys = jax.random.split(key, 4)
+    shapes = ((d, m), (m, m_k), (m, m_k), (m, d))
+    return Parameters(*(eps * jax.random.normal(k, s) for k, s in zip(keys, shapes)))
+
+
+def _entropy_rows(A):
+    return -jnp.sum(A * jnp.log(jnp.clip(A, 1e-300)), axis=-1)
+
+
+def _cosine(a, b):
+    return jnp.sum(a * b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b) + 1e-300)
+
+
+def observables(params: Parameters, pi, P, qk_scale: float = 1.0) -> dict:
+    """Spec §6 at one parameter point (``h`` = the most frequent token)."""
+    W0, WQ, WK, W1 = params
+    M, Phi = maps(params, qk_scale)
+    A = jax.nn.softmax(jnp.log(pi)[None, :] + Phi, axis=-1)
+    h = jnp.argmax(pi)
+    U, _, _ = jnp.linalg.svd(W0, full_matrices=False)
+
+    def top(X):
+        # zero-padded when a matrix has fewer than N_SINGULAR singular values
+        sv = jnp.linalg.svd(X, compute_uv=False)[:N_SINGULAR]
+        return jnp.zeros(N_SINGULAR, sv.dtype).at[: sv.size].set(sv)
+
+    grads = jax.grad(population_loss)(params, pi, P, qk_scale)
+    return {
+        "loss": population_loss_mphi(M, Phi, pi, P),
+        "attention": A,
+        "attention_entropy": _entropy_rows(A),
+        "focus_mass": A[:, h],
+        "weighted_focus_mass": pi @ A[:, h],
+        "sv_W0": top(W0),
+        "sv_W1": top(W1),
+        "sv_WQ": top(WQ),
+        "sv_WK": top(WK),
+        "sv_WQK": top(WQ @ WK.T),
+        "align_W0_pi": jnp.abs(_cosine(U[:, 0], pi)),
+        "align_Phi_pipi": _cosine(Phi, jnp.outer(pi, pi)),
+        "outer_norm": jnp.sqrt(jnp.sum(W0**2) + jnp.sum(W1**2)),
+        "token_norm": jnp.linalg.norm(W0, axis=1),
+        "W0": W0,
+        "grad_norm": jnp.sqrt(sum(jnp.sum(g**2) for g in grads)),
+    }
+
+
+OBS_DIMS = {
+    "loss": (),
+    "attention": ("query", "key"),
+    "attention_entropy": ("query",),
+    "focus_mass": ("query",),
+    "weighted_focus_mass": (),
+    "sv_W0": ("sv",),
+    "sv_W1": ("sv",),
+    "sv_WQ": ("sv",),
+    "sv_WK": ("sv",),
+    "sv_WQK": ("sv",),
+    "align_W0_pi": (),
+    "align_Phi_pipi": (),
+    "outer_norm": (),
+    "token_norm": ("token",),
+    "W0": ("token", "width"),
+    "grad_norm": (),
+}
+
+
+# --- full-parameter flow (spec §4) -------------------------------------------------------------
+def _solve_one(pi, P, y0, grid, *, qk_scale, rtol, atol, progress):
+    term = diffrax.ODETerm(lambda t, y, args: flow_field(y, args[0], args[1], qk_scale))
+    sol = diffrax.diffeqsolve(
+        term,
+        diffrax.Tsit5(),
+        grid[0],
+        grid[-1],
+        None,
+        y0,
+        args=(pi, P),
+        saveat=diffrax.SaveAt(ts=grid),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=MAX_STEPS,
+        progress_meter=(diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()),
+    )
+    obs = jax.vmap(lambda p: observables(p, pi, P, qk_scale))(sol.ys)
+    return obs, sol.stats["num_steps"]
+
+
+@partial(jax.jit, static_argnames=("qk_scale", "rtol", "atol", "progress"))
+def _solve_batch(pis, Ps, y0, grids, *, qk_scale, rtol, atol, progress):
+    return jax.vmap(
+        partial(_solve_one, qk_scale=qk_scale, rtol=rtol, atol=atol, progress=progress)
+    )(pis, Ps, y0, grids)
+
+
+def time_grid(t_max: float, n: int, t_dense: float | None = None) -> np.ndarray:
+    """Saved times: ``n`` evenly spaced in ``[0, t_max]``, or with ``t_dense`` half of them in
+    ``[0, t_dense]`` (the fast early stages) and half up to ``t_max``."""
+    if t_dense is None or t_dense >= t_max:
+        return np.linspace(0.0, t_max, n)
+    k = n // 2
+    return np.concatenate(
+        [np.linspace(0.0, t_dense, k, endpoint=False), np.linspace(t_dense, t_max, n - k)]
+    )
+
+
+def initial_batch(d: int, m: int, m_k: int, eps, seeds) -> Parameters:
+    """``initial_parameters`` for each ``(eps[i], seeds[i])`` with ``key = PRNGKey(seed)``: one
+    seed gives the same direction at every scale."""
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32))
+    return jax.vmap(lambda k, e: initial_parameters(k, d, m, m_k, e))(
+        keys, jnp.asarray(eps, jnp.float64)
+    )
+
+
+def solve_flow(
+    pis,
+    Ps,
+    eps,
+    seeds,
+    grids,
+    m: int = 16,
+    m_k: int = 16,
+    qk_scale: float = 1.0,
+    init: Parameters | None = None,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+    progress: bool = False,
+) -> xr.Dataset:
+    """Population gradient flow of the full parameters for a batch of runs (one compiled,
+    vmapped program): run ``i`` has stationary law ``pis[i]``, chain ``Ps[i]``, init scale
+    ``eps[i]``, init seed ``seeds[i]`` (``initial_batch``; or the batched initial parameters
+    ``init``) and saved times ``grids[i]`` (or one grid for all; every grid starts at 0 and all
+    have the same length). Returns the spec §6 observables with dims ``(run, sample, ...)``, the
+    saved times as coordinate ``time (run, sample)`` and per-run coordinates ``eps``, ``seed``;
+    ``attrs`` hold the solver settings; ``progress`` shows diffrax's progress bar."""
+    pis = np.atleast_2d(np.asarray(pis, float))
+    grids = np.atleast_2d(np.asarray(grids, float))
+    B = max(len(pis), np.size(eps), np.size(seeds), len(grids))
+    d = pis.shape[-1]
+    pis = np.broadcast_to(pis, (B, d))
+    Ps = np.broadcast_to(np.asarray(Ps, float), (B, d, d))
+    eps = np.broadcast_to(np.asarray(eps, float), (B,))
+    seeds = np.broadcast_to(np.asarray(seeds, int), (B,))
+    grids = np.broadcast_to(grids, (B, grids.shape[-1]))
+    for pi, P in zip(pis, Ps):
+        validate_pi(pi)
+        require(
+            bool(np.allclose(P.sum(axis=1), 1.0)) and bool(np.all(P >= 0)),
+            "P",
+            "P",
+            "a row-stochastic matrix",
+        )
+        require(bool(np.allclose(pi @ P, pi)), "P", "P", "a chain with stationary law pi")
+    require(bool(np.all((eps > 0) & (eps < 1))), "eps", eps.tolist(), "init scales in (0, 1)")
+    require(
+        bool(np.all(grids[:, 0] == 0)) and bool(np.all(np.diff(grids, axis=1) > 0)),
+        "grid",
+        "grid",
+        "increasing saved times starting at 0",
+    )
+    if init is None:
+        init = initial_batch(d, m, m_k, eps, seeds)
+    m, m_k = init.WQ.shape[-2:]
+    obs, steps = _solve_batch(
+        jnp.asarray(pis),
+        jnp.asarray(Ps),
+        init,
+        jnp.asarray(grids),
+        qk_scale=float(qk_scale),
+        rtol=rtol,
+        atol=atol,
+        progress=progress,
+    )
+    data = xr.Dataset(
+        {name: (("run", "sample", *OBS_DIMS[name]), np.asarray(v)) for name, v in obs.items()},
+        coords={
+            "time": (("run", "sample"), grids.copy()),
+            "eps": ("run", eps.copy()),
+            "seed": ("run", seeds.copy()),
+            "query": np.arange(d),
+            "key": np.arange(d),
+            "token": np.arange(d),
+            "sv": np.arange(1, N_SINGULAR + 1),
+            "width": np.arange(m),
+        },
+    )
+    data["pi"] = (("run", "token"), pis.copy())
+    data["P"] = (("run", "query", "key"), Ps.copy())
+    data["solver_steps"] = ("run", np.asarray(steps))
+    data.attrs.update(
+        solver="diffrax Tsit5 + PIDController",
+        rtol=rtol,
+        atol=atol,
+        m=int(m),
+        m_k=int(m_k),
+        qk_scale=float(qk_scale),
+        dtype="float64",
+    )
+    return data
+
+
+# --- reduced flow on the rank-one manifold (spec §5.4) -------------------------------------------
+def manifold_loss(x, pi, P):
+    """``L(gamma beta^T, kQ kK gamma gamma^T)`` of the manifold state ``x = (gamma, beta, kQ, kK)``;
+    the manifold flow is its Euclidean gradient flow (``theory.focus_dilution.manifold``)."""
+    d = pi.shape[0]
+    gamma, beta, kq, kk = x[:d], x[d : 2 * d], x[2 * d], x[2 * d + 1]
+    return population_loss_mphi(jnp.outer(gamma, beta), kq * kk * jnp.outer(gamma, gamma), pi, P)
+
+
+def manifold_field(x, pi, P):
+    return -jax.grad(manifold_loss)(x, pi, P)
+
+
+@partial(jax.jit, static_argnames=("max_steps",))
+def _manifold_solve(x0, pi, P, t_end, rest_tol, *, max_steps):
+    term = diffrax.ODETerm(lambda t, y, args: manifold_field(y, *args))
+    event = diffrax.Event(
+        lambda t, y, args, **kw: jnp.linalg.norm(manifold_field(y, *args)) <= rest_tol
+    )
+    sol = diffrax.diffeqsolve(
+        term,
+        diffrax.Tsit5(),
+        0.0,
+        t_end,
+        None,
+        x0,
+        args=(pi, P),
+        saveat=diffrax.SaveAt(t0=True, steps=True),
+        stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-12),
+        event=event,
+        max_steps=max_steps,
+    )
+    return sol.ts, sol.ys
+
+
+def manifold_trajectory(
+    pi,
+    P,
+    kappa_seed: float = 1e-4,
+    t_end: float | None = None,
+    rest_tol: float = 1e-12,
+    max_steps: int = 100_000,
+):
+    """Stages II-III on the manifold: the reduced flow from ``theta_c^1`` with attention seed
+    ``kQ = kK = kappa_seed``, up to ``||field|| <= rest_tol`` or ``t_end`` (default
+    ``50 (1 + ln(1/kappa_seed)) / c``, many Stage-II durations). Returns ``(ts, xs)`` at the
+    accepted steps (numpy)."""
+    require(kappa_seed > 0, "kappa_seed", kappa_seed, "a positive attention seed")
+    pi = validate_pi(pi)
+    if t_end is None:
+        t_end = 50 * (1 + math.log(1 / kappa_seed)) / stage_two_rate(pi, P)
+    ts, xs = _manifold_solve(
+        jnp.asarray(second_point_state(pi, kappa_seed)),
+        jnp.asarray(pi),
+        jnp.asarray(P, float),
+        float(t_end),
+        float(rest_tol),
+        max_steps=max_steps,
+    )
+    keep = np.isfinite(np.asarray(ts))
+    return np.asarray(ts)[keep], np.asarray(xs)[keep]
+
+
+def stage_four_point(pi, P, kappa_seed: float = 1e-4, t_end: float | None = None) -> StageFourPoint:
+    """Rest point of the manifold flow reached from ``theta_c^1`` (end of Stage III): integrate to
+    near rest (``||field|| <= 1e-8``), then polish and analyse it with
+    ``theory.focus_dilution.manifold.rest_point``."""
+    pi = validate_pi(pi)
+    _, xs = manifold_trajectory(pi, P, kappa_seed, t_end, rest_tol=1e-8)
+    return rest_point(xs[-1], pi, P)
+
+
+def symmetry_breaking_slope(
+    pi_1: float, d: int, lam: float, delta: float = 2e-3, signs=None
+) -> float:
+    """``k_delta = lim mu_IV / delta`` by Richardson extrapolation of ``mu_IV(delta)/delta`` at
+    ``delta`` and ``delta/2`` (``mu_IV/delta = k_delta + O(delta)``; spec §5.5). Defined only in
+    the stalling regime (the symmetric rest point has no in-manifold instability)."""
+    symmetric = symmetric_pi(pi_1, d)
+    require(
+        stage_four_point(symmetric, transition_matrix(symmetric, lam)).tangential_rate < 1e-10,
+        "(pi_1, lambda)",
+        (pi_1, lam),
+        "a setting whose symmetric Stage-IV point is not an in-manifold saddle",
+    )
+
+    def ratio(dl):
+        pi = symmetric_pi(pi_1, d, dl, signs)
+        return stage_four_point(pi, transition_matrix(pi, lam)).transverse_rate / dl
+
+    return 2 * ratio(delta / 2) - ratio(delta)
+
+
+# --- measured stage onsets and rates (spec §6) ---------------------------------------------------
+def _crossing(ts, values, threshold, start: float = -np.inf, rising: bool = True) -> float:
+    """First time ``>= start`` at which ``values`` crosses ``threshold`` upward (``rising``) or
+    downward, by linear interpolation between saved times; nan if never."""
+    ts, values = np.asarray(ts, float), np.asarray(values, float)
+    sign = 1.0 if rising else -1.0
+    above = sign * (values - threshold) > 0
+    idx = np.nonzero(above & (ts >= start))[0]
+    if idx.size == 0:
+        return float("nan")
+    i = int(idx[0])
+    if i == 0 or ts[i - 1] < start:
+        return float(ts[i])
+    t0, t1, y0, y1 = ts[i - 1], ts[i], values[i - 1], values[i]
+    return float(t0 + (threshold - y0) / (y1 - y0) * (t1 - t0))
+
+
+def stage_onsets(ts, loss, focus_self, max_entropy, sigma2, pi) -> np.ndarray:
+    """Onsets of Stages I-IV of one trajectory by ``ONSET_RULES`` (nan where not reached):
+    ``focus_self`` is ``p_h(h)``, ``max_entropy`` is ``max_q H_q``, ``sigma2`` is
+    ``sigma_2(W0)``."""
+    pi = np.asarray(pi, float)
+    d, H = pi.size, float(entropy(pi))
+    t1 = _crossing(ts, loss, (math.log(d) + H) / 2, rising=False)
+    t2 = _crossing(ts, focus_self, (pi.max() + 1) / 2, start=_or_never(t1))
+    reference = float(np.interp(t1, ts, max_entropy)) if np.isfinite(t1) else H
+    t3 = _crossing(ts, max_entropy, reference, start=_or_never(t2))
+    t4 = _crossing(ts, sigma2, STAGE_FOUR_LEVEL, start=_or_never(t3))
+    return np.array([t1, t2, t3, t4])
+
+
+def _or_never(t: float) -> float:
+    return t if np.isfinite(t) else np.inf
+
+
+def onsets(run: xr.Dataset) -> np.ndarray:
+    """``stage_onsets`` of one run of a ``solve_flow`` dataset (``data.isel(run=r)``)."""
+    pi = run["pi"].values
+    h = int(np.argmax(pi))
+    return stage_onsets(
+        run["time"].values,
+        run["loss"].values,
+        run["focus_mass"].values[:, h],
+        run["attention_entropy"].values.max(axis=-1),
+        run["sv_W0"].values[:, 1],
+        pi,
+    )
+
+
+def run_onsets(data: xr.Dataset) -> np.ndarray:
+    """Onsets of every run: ``(run, 4)``."""
+    return np.array([onsets(data.isel(run=r)) for r in range(data.sizes["run"])])
+
+
+def fit_rate(ts, y, lo: float, hi: float) -> tuple[float, tuple[float, float]]:
+    """Slope of ``ln y`` against ``t`` over the first contiguous stretch of saved times with
+    ``lo < y < hi``; returns ``(slope, (t_a, t_b))`` (nan when fewer than 3 points)."""
+    ts, y = np.asarray(ts, float), np.asarray(y, float)
+    idx = np.nonzero((y > lo) & (y < hi))[0]
+    if idx.size:
+        breaks = np.nonzero(np.diff(idx) > 1)[0]
+        idx = idx[: breaks[0] + 1] if breaks.size else idx
+    if idx.size < 3:
+        return float("nan"), (float("nan"), float("nan"))
+    slope = np.polyfit(ts[idx], np.log(y[idx]), 1)[0]
+    return float(slope), (float(ts[idx[0]]), float(ts[idx[-1]]))
+
+
+def measured_rates(run: xr.Dataset, g: float) -> dict:
+    """Measured ``sigma``, ``c`` and ``mu_IV`` of one run by ``RATE_WINDOW_RULE`` (``g``: the top
+    singular value at ``theta_c^1``)."""
+    ts = run["time"].values
+    t1, t2, _, _ = onsets(run)
+    y = run["outer_norm"].values
+    sigma, w_sigma = fit_rate(ts, y, WINDOW_LO * y[0], WINDOW_HI * g)
+    two_c, w_c = float("nan"), (float("nan"), float("nan"))
+    if np.isfinite(t1):
+        k = int(np.searchsorted(ts, t1))
+        qk = run["sv_WQK"].values[k:, 0]
+        two_c, w_c = fit_rate(ts[k:], qk, WINDOW_LO * qk[0], WINDOW_HI)
+    mu, w_mu = float("nan"), (float("nan"), float("nan"))
+    if np.isfinite(t2):
+        k = int(np.searchsorted(ts, t2))
+        s2 = run["sv_W0"].values[k:, 1]
+        k0 = int(np.argmin(s2))
+        mu, w_mu = fit_rate(ts[k + k0 :], s2[k0:], MU_WINDOW_LO * s2[k0], MU_WINDOW_HI)
+    return {
+        "sigma": sigma,
+        "sigma_window": w_sigma,
+        "c": two_c / 2,
+        "c_window": w_c,
+        "mu_IV": mu,
+        "mu_IV_window": w_mu,
+    }
+
+
+def redistribution(run: xr.Dataset) -> np.ndarray:
+    """``D(t) = gamma_h - pi_h sum_i gamma_i`` with ``gamma = W0 alpha_1`` (spec §5.4, §6);
+    ``alpha_1`` is the top right singular vector of ``W0`` halfway between onsets I and II (the end
+    of Stage I), signed so that ``pi . gamma > 0`` there."""
+    ts, W0, pi = run["time"].values, run["W0"].values, run["pi"].values
+    t1, t2 = onsets(run)[:2]
+    k = int(np.argmin(np.abs(ts - 0.5 * (t1 + t2)))) if np.isfinite(t2) else len(ts) - 1
+    alpha = np.linalg.svd(W0[k])[2][0]
+    gamma = W0 @ alpha
+    gamma = gamma * np.sign(gamma[k] @ pi)
+    h = int(np.argmax(pi))
+    return gamma[:, h] - pi[h] * gamma.sum(axis=-1)

@@ -1,0 +1,191 @@
+"""Diffrax integration of the reduced head system (spec incremental.md §5.2; figure incremental-ode).
+
+Float64, Tsit5 with a PID controller, saves on a log-spaced grid, and the stage crossings located
+exactly by diffrax events with a Newton root finder. One compiled program serves a whole batch of
+(target G, noise eps, seed) triples through ``jax.vmap``.
+
+Symmetry breaking (project convention, documented in the README): ``v(0) = 0`` and logits
+``theta_k(0) = eps * xi_k`` with ``xi_k ~ N(0, I)``; to first order this is the paper's
+``s_k(0) = 1/T + (eps/T) xi_k``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from simulate.incremental.head_field import entry_losses, logit_field, loss
+from simulate.measure.stages import midpoints
+from theory.incremental.heads import METRIC_POWER, HeadSetting, HeadSystem
+
+RTOL, ATOL = 1e-9, 1e-12
+MAX_STEPS = 1_000_000
+
+
+@dataclass
+class OdeBatch:
+    """Solutions of a batch of B trajectories saved at times ``ts`` (numpy arrays)."""
+
+    ts: np.ndarray  # (n,)
+    v: np.ndarray  # (B, n, H, h)
+    s: np.ndarray  # (B, n, H, T)
+    loss: np.ndarray  # (B, n)
+    entry_loss: np.ndarray  # (B, n, h, T) per-(feature, lag) loss
+    crossings: np.ndarray  # (B, K) event times of the loss midpoints, nan if not reached
+    compile_seconds: float
+    run_seconds: float
+
+
+def plateau_levels(setting: HeadSetting) -> list[float]:
+    """The derived plateau levels L_0..L_K of ``theory.incremental.heads`` in numbers."""
+    hs = HeadSystem(setting)
+    vals = hs.parameter_values()
+    return [float(L.xreplace(vals)) for L in hs.plateau_levels()]
+
+
+def initial_logits(setting: HeadSetting, eps: np.ndarray, seeds: np.ndarray) -> jnp.ndarray:
+    """theta(0) = eps * xi, one standard normal xi per (eps, seed) pair; shape (B, H, T)."""
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, dtype=jnp.uint32))
+    xi = jax.vmap(lambda k: jax.random.normal(k, (setting.heads, setting.window)))(keys)
+    return jnp.asarray(eps, jnp.float64)[:, None, None] * xi
+
+
+def log_grid(t_max: float, n: int, t_min: float = 1e-2) -> np.ndarray:
+    return np.concatenate([[0.0], np.geomspace(t_min, t_max, n - 1)])
+
+
+def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: bool, tied: int):
+    # args = (G, level): the level is read by the crossing events only
+    term = diffrax.ODETerm(lambda t, y, args: logit_field(args[0], y[0], y[1], power, tied))
+    solver = diffrax.Tsit5()
+    controller = diffrax.PIDController(rtol=RTOL, atol=ATOL)
+    H = theta0.shape[0]
+    y0 = (jnp.zeros((H, h)), theta0)
+    meter = diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()
+    traj = diffrax.diffeqsolve(
+        term,
+        solver,
+        0.0,
+        t_max,
+        None,
+        y0,
+        args=(G, 0.0),
+        saveat=diffrax.SaveAt(ts=grid),
+        stepsize_controller=controller,
+        max_steps=MAX_STEPS,
+        progress_meter=meter,
+    )
+
+    def below_level(t, y, args, **kwargs):
+        G_, level = args
+        return loss(G_, tied * y[0], jax.nn.softmax(y[1], -1)) - level
+
+    event = diffrax.Event(below_level, root_finder=optx.Newton(rtol=1e-10, atol=1e-10))
+
+    def next_crossing(carry, level):
+        t0, y = carry
+        t0 = jnp.minimum(t0, t_max * (1 - 1e-12))
+        sol = diffrax.diffeqsolve(
+            term,
+            solver,
+            t0,
+            t_max,
+            None,
+            y,
+            args=(G, level),
+            stepsize_controller=controller,
+            max_steps=MAX_STEPS,
+            event=event,
+            saveat=diffrax.SaveAt(t1=True),
+        )
+        t_hit = sol.ts[-1]
+        y_hit = jax.tree_util.tree_map(lambda a: a[-1], sol.ys)
+        hit = sol.event_mask
+        return (t_hit, y_hit), jnp.where(hit, t_hit, jnp.nan)
+
+    _, crossings = jax.lax.scan(next_crossing, (jnp.asarray(0.0), y0), levels)
+    return traj.ys, crossings
+
+
+@partial(jax.jit, static_argnames=("power", "h", "progress", "tied"))
+def _solve_batch(G, theta0, levels, grid, t_max, *, power, h, progress, tied):
+    return jax.vmap(
+        partial(_solve_one, power=power, h=h, progress=progress, tied=tied),
+        in_axes=(0, 0, 0, None, None),
+    )(G, theta0, levels, grid, t_max)
+
+
+def solve(
+    setting: HeadSetting,
+    eps,
+    seeds,
+    t_max: float,
+    n_save: int = 1500,
+    targets=None,
+    levels=None,
+    progress: bool = False,
+    symmetric: bool = False,
+    theta0=None,
+) -> OdeBatch:
+    """Integrate a batch: ``eps``, ``seeds`` (and optionally ``targets`` G, ``levels`` plateau levels)
+    are given per trajectory; ``levels`` default to the derived plateau levels of ``setting``.
+
+    ``symmetric=True`` integrates the exact symmetric subspace (all heads equal, eps unused); the
+    returned arrays still have H heads, all equal. ``theta0`` (B x H x T) replaces the noise draw
+    (e.g. the logits a network's initialisation maps to)."""
+    eps, seeds = np.atleast_1d(eps).astype(float), np.atleast_1d(seeds)
+    B = max(len(eps), len(seeds))
+    eps, seeds = np.broadcast_to(eps, (B,)), np.broadcast_to(seeds, (B,))
+    if targets is None:
+        targets = np.broadcast_to(setting.target(), (B, setting.h, setting.window))
+    if levels is None:
+        levels = plateau_levels(setting)
+    levels = np.asarray(levels, dtype=float)
+    mids = np.broadcast_to(
+        midpoints(levels.T).T if levels.ndim == 2 else midpoints(levels), (B, levels.shape[-1] - 1)
+    )
+    grid = log_grid(t_max, n_save)
+    theta0 = initial_logits(setting, eps, seeds) if theta0 is None else jnp.asarray(theta0)
+    if symmetric:
+        theta0 = jnp.zeros_like(theta0[:, :1])
+    args = (
+        jnp.asarray(targets),
+        theta0,
+        jnp.asarray(mids),
+        jnp.asarray(grid),
+        jnp.asarray(float(t_max)),
+    )
+    kw = {
+        "power": METRIC_POWER[setting.metric],
+        "h": setting.h,
+        "progress": progress,
+        "tied": setting.heads if symmetric else 1,
+    }
+    t0 = time.perf_counter()
+    compiled = _solve_batch.lower(*args, **kw).compile()
+    t1 = time.perf_counter()
+    (v, theta), crossings = jax.block_until_ready(compiled(*args))
+    t2 = time.perf_counter()
+    if symmetric:
+        v, theta = (jnp.repeat(a, setting.heads, axis=2) for a in (v, theta))
+    s = jax.nn.softmax(theta, -1)
+    G = jnp.asarray(targets)[:, None]
+    L = jax.vmap(jax.vmap(loss))(jnp.broadcast_to(G, v.shape[:2] + G.shape[2:]), v, s)
+    E = jax.vmap(jax.vmap(entry_losses))(jnp.broadcast_to(G, v.shape[:2] + G.shape[2:]), v, s)
+    return OdeBatch(
+        grid,
+        np.asarray(v),
+        np.asarray(s),
+        np.asarray(L),
+        np.asarray(E),
+        np.asarray(crossings),
+        t1 - t0,
+        t2 - t1,
+    )

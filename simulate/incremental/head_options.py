@@ -1,0 +1,36 @@
+"""Options shared by every command that sets up the reduced head system (incremental.md §5.2;
+defaults: the paper's Fig. 10 setting): the system of ``theory.incremental.heads.HeadSetting`` plus its
+symmetry-breaking noise."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from theory.incremental.heads import HeadSetting
+from theory.validation import require
+
+PAPER_S_NOISE = 1e-6
+"""The paper's Fig. 10 attention noise: s_k(0) = 1/T + 1e-6 xi (spec §5.2)."""
+
+
+@dataclass(frozen=True)
+class HeadSystemOptions(HeadSetting):
+    eps: float | None = None
+    """std of the initial logit noise (dimensionless); default T x 1e-6, the paper's s-noise."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(
+            self.eps is None or (math.isfinite(self.eps) and self.eps >= 0),
+            "eps",
+            self.eps,
+            "a noise scale >= 0",
+        )
+
+    def setting(self) -> HeadSetting:
+        return HeadSetting(**{f.name: getattr(self, f.name) for f in fields(HeadSetting)})
+
+    @property
+    def noise(self) -> float:
+        return self.window * PAPER_S_NOISE if self.eps is None else self.eps

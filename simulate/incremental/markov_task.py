@@ -1,0 +1,159 @@
+"""The high-order Markov chain of the incremental-learning paper (spec incremental.md §2.1-2.3).
+
+x_t ~ softmax(l_t / tau),  l_t = sum_k A*_k sum_{i in I(k)} alpha_i x_{t-i},  A*_k = c_k Q_k,
+Q_k orthogonal (U V^T of a Gaussian matrix's SVD), c_k = m^(h-k) with block k = 1 the most recent
+(reversed: the most important block farthest back). A sequence is ``w`` uniform tokens followed by
+``generated`` tokens drawn autoregressively; the loss is taken on the generated ones only. The
+truncated teachers A*_{1:k} keep the k most important blocks (the complexity-ladder yardsticks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from theory.validation import require
+
+
+@dataclass(frozen=True)
+class MarkovSetting:
+    vocab: int = 50
+    """d, number of token types."""
+    blocks: tuple[int, ...] = (2, 2, 2)
+    """|I(k)|, lag-block sizes, most recent first; they tile lags 1..w."""
+    m: float = 1.7
+    """importance ratio m (dimensionless); c_k = m^(h-k)."""
+    tau: float = 0.1
+    """teacher temperature (dimensionless)."""
+    alpha: tuple[float, ...] | None = None
+    """within-block weights, one per lag of a block, shared by all blocks (default 1)."""
+    generated: int = 20
+    """tokens generated after the uniform prefix of w tokens (the loss positions)."""
+    reversed_importance: bool = False
+    """put the most important block farthest back."""
+    frobenius_orthogonal: bool = False
+    """Gram-Schmidt the Q_k in the Frobenius inner product (tr Q_i^T Q_j = 0), as in the
+    authors' head-dynamics figure."""
+
+    def __post_init__(self):
+        require(self.vocab >= 2, "vocab", self.vocab, "an integer >= 2")
+        require(
+            len(self.blocks) >= 1 and all(b >= 1 for b in self.blocks),
+            "blocks",
+            self.blocks,
+            "one or more block sizes >= 1",
+        )
+        require(np.isfinite(self.m) and self.m > 0, "m", self.m, "an importance ratio > 0")
+        require(np.isfinite(self.tau) and self.tau > 0, "tau", self.tau, "a temperature > 0")
+        require(self.generated >= 1, "generated", self.generated, "an integer >= 1")
+        if self.alpha is not None:
+            require(
+                len(set(self.blocks)) == 1
+                and len(self.alpha) == self.blocks[0]
+                and all(a > 0 for a in self.alpha),
+                "alpha",
+                self.alpha,
+                "positive weights, one per lag of a block (all blocks of equal size)",
+            )
+
+    @property
+    def h(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def window(self) -> int:
+        """w, the lags the teacher reads."""
+        return sum(self.blocks)
+
+    @property
+    def length(self) -> int:
+        return self.window + self.generated
+
+    def importances(self) -> np.ndarray:
+        c = self.m ** (self.h - 1 - np.arange(self.h))
+        return c[::-1].copy() if self.reversed_importance else c
+
+    def lag_weights(self) -> np.ndarray:
+        """W (h x w): W[k, i-1] = alpha_i for lag i in block k (weights normalised to sum 1 when
+        given, as in the authors' generator; 1 by default)."""
+        W = np.zeros((self.h, self.window))
+        start = 0
+        for k, b in enumerate(self.blocks):
+            a = np.ones(b) if self.alpha is None else np.asarray(self.alpha) / sum(self.alpha)
+            W[k, start : start + b] = a
+            start += b
+        return W
+
+
+def teacher(setting: MarkovSetting, key) -> jnp.ndarray:
+    """A* (h x d x d): c_k times an independent random orthogonal matrix (optionally made
+    Frobenius-orthogonal across blocks)."""
+
+    def orthogonal(k):
+        u, _, vt = jnp.linalg.svd(jax.random.normal(k, (setting.vocab, setting.vocab)))
+        return u @ vt
+
+    Q = jax.vmap(orthogonal)(jax.random.split(key, setting.h))
+    if setting.frobenius_orthogonal:
+        Q = _frobenius_gram_schmidt(Q)
+    return jnp.asarray(setting.importances())[:, None, None] * Q
+
+
+def _frobenius_gram_schmidt(Q):
+    """Make tr(Q_i^T Q_j) = 0 for i != j, keeping ||Q_k||_F = sqrt(d) (that of an orthogonal
+    matrix)."""
+    out = []
+    for q in Q:
+        for p in out:
+            q = q - jnp.sum(q * p) / jnp.sum(p * p) * p
+        out.append(q * jnp.sqrt(q.shape[0] / jnp.sum(q * q)))
+    return jnp.stack(out)
+
+
+def context_logits(setting: MarkovSetting, A, context, blocks: int | None = None):
+    """Teacher logits l/tau for contexts ``context`` (..., w) of tokens ordered x_{t-1}..x_{t-w},
+    keeping the ``blocks`` most important blocks (all by default): the truncated teacher."""
+    W = jnp.asarray(setting.lag_weights())
+    order = np.argsort(-setting.importances(), kind="stable")
+    keep = np.zeros(setting.h)
+    keep[order[: setting.h if blocks is None else blocks]] = 1.0
+    onehot = jax.nn.one_hot(context, setting.vocab)  # (..., w, d)
+    per_block = jnp.einsum("kw,...wd->...kd", W * keep[:, None], onehot)
+    return jnp.einsum("kad,...kd->...a", A, per_block) / setting.tau  # A_k x: column of A_k
+
+
+def sample_sequences(setting: MarkovSetting, A, key, n: int) -> jnp.ndarray:
+    """n sequences (n x (w + generated)) of token ids."""
+    k_prefix, k_gen = jax.random.split(key)
+    prefix = jax.random.randint(k_prefix, (n, setting.window), 0, setting.vocab)
+
+    def step(recent, k):  # recent: (n, w), most recent last
+        logits = context_logits(setting, A, recent[:, ::-1])
+        token = jax.random.categorical(k, logits)
+        return jnp.concatenate([recent[:, 1:], token[:, None]], axis=1), token
+
+    _, tokens = jax.lax.scan(step, prefix, jax.random.split(k_gen, setting.generated))
+    return jnp.concatenate([prefix, tokens.T], axis=1)
+
+
+def contexts(setting: MarkovSetting, sequences) -> jnp.ndarray:
+    """(n, generated, w) contexts x_{t-1}..x_{t-w} of every generated position."""
+    w = setting.window
+    idx = w + np.arange(setting.generated)[:, None] - 1 - np.arange(w)[None, :]
+    return sequences[:, idx]
+
+
+def teacher_log_probs(setting: MarkovSetting, A, sequences, blocks: int | None = None):
+    """log p(. | context) of the (truncated) teacher at each generated position: (n, gen, d)."""
+    return jax.nn.log_softmax(context_logits(setting, A, contexts(setting, sequences), blocks))
+
+
+def bayes_loss(setting: MarkovSetting, A, sequences) -> jnp.ndarray:
+    """Mean teacher cross-entropy on the generated tokens (Monte Carlo estimate of the
+    conditional entropy, the loss floor)."""
+    logp = teacher_log_probs(setting, A, sequences)
+    targets = sequences[:, setting.window :]
+    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))

@@ -1,0 +1,602 @@
+"""Experiment ``markov``: a transformer trained on the high-order Markov chain of the
+incremental-learning paper (spec incremental.md §2-4, §6, §8).
+
+Models: the minimal (§3.1) or full (§3.2) transformer, one or two layers, optionally as a learned
+c-gram baseline (attention restricted to the last c tokens, §2.3, §8.7). Data: online (fresh
+sequences every step) or a finite training set. Optimisers: AdamW, SGD with momentum, or plain
+gradient descent. Defaults: the online run of the paper's Figs. 6-7 (minimal model, q = 1e-9,
+W_V = 0, 512 fresh sequences per step, AdamW lr 0.08, weight decay 0.01, clipping at 1).
+
+Logged every ``log_every`` steps (§6): validation loss and the loss on a fixed train probe,
+KL(p_ref || p_model) for every truncated teacher A*_{1:k} and every learned c-gram baseline, the
+attention mass of each head on each lag block (last query, and averaged over the generated
+queries), the mean attention map, the value alignment <V_h, A*_k / ||A*_k||_F> (minimal model) and
+the head-asymmetry norm max_{h,h'} ||W_Q^h - W_Q^h'||_F.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, fields
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from simulate.incremental.full_transformer import MAX_LENGTH, WIDTH, FullTransformer
+from simulate.incremental.markov_task import (
+    MarkovSetting,
+    sample_sequences,
+    teacher,
+    teacher_log_probs,
+)
+from simulate.incremental.minimal_transformer import init_minimal
+from simulate.runner import RunOptions, run_experiment
+from simulate.store import RunStore, jsonable
+from simulate.train import Problem
+from theory.validation import require
+
+NAME = "markov"
+
+PAPER_ADAMW_LR = {
+    ("minimal", 1): 0.08,
+    ("minimal", 2): 0.04,
+    ("full", 1): 0.003,
+    ("full", 2): 0.001,
+}
+"""AdamW learning rates of the paper (§4)."""
+PLAIN_LR = {"sgd": 0.2, "gd": 0.2}
+"""SGD: the paper's appendix value (§4); GD: the same, a project choice."""
+FLOAT64_BELOW = 1e-6
+"""query scales 0 < q below this train in float64 under ``precision = auto`` (§8.6)."""
+TEACHER_FIELDS = (*(f.name for f in fields(MarkovSetting)), "teacher_seed")
+"""what a baseline must share with the student."""
+
+
+@dataclass(frozen=True)
+class MarkovTrainConfig(MarkovSetting, RunOptions):
+    """A transformer trained on the Markov chain (default: paper Figs. 6-7, online)."""
+
+    model: Literal["minimal", "full"] = "minimal"
+    """architecture: the minimal transformer (§3.1) or the full post-LN transformer (§3.2)."""
+    layers: int = 1
+    """attention layers (1 or 2)."""
+    heads: int = 3
+    """H, attention heads (a divisor of the full model's width 255)."""
+    context: int | None = None
+    """c: train a c-gram baseline that reads only the last c tokens (1 <= c <= L); None: all."""
+    query_scale: float | None = 1e-9
+    """q: W_Q ~ U(-q, q) with W_V = 0 (q = 0: identical heads); None: Xavier (default init)."""
+    optimizer: Literal["adamw", "sgd", "gd"] = "adamw"
+    """adamw: clip + AdamW; sgd: clip + SGD with momentum; gd: plain gradient descent, no clip,
+    decay or momentum (gradient flow discretised, time = steps x lr, when the minibatch is the
+    whole training set: train_size <= batch)."""
+    lr: float | None = None
+    """learning rate; None: the paper's (AdamW: minimal 0.08, full 0.003, 2-layer minimal 0.04,
+    2-layer full 0.001; SGD 0.2) or 0.2 for gd (project choice)."""
+    momentum: float = 0.9
+    """SGD momentum (optimizer = sgd)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (optimizer = adamw)."""
+    clip: float = 1.0
+    """gradient clipping at this global norm (adamw, sgd)."""
+    train_size: int | None = None
+    """n: a fixed training set of n sequences (drawn once from the teacher, shared by all seeds);
+    None: online, fresh sequences every step."""
+    batch: int = 512
+    """sequences per step; with a training set, min(batch, n) drawn without replacement."""
+    validation: int = 512
+    """validation sequences (fixed, drawn once from the teacher)."""
+    precision: Literal["auto", "float32", "float64"] = "auto"
+    """parameter dtype; auto: float64 when 0 < q < 1e-6 (symmetry breaking lost in float32),
+    else float32."""
+    baselines: tuple[Path, ...] = ()
+    """run directories of trained c-gram baselines (same task and teacher) to measure KL to."""
+    teacher_seed: int = 0
+    """seed of the teacher matrices, validation set and training set."""
+    steps: int = 2000
+    """optimizer steps (a multiple of chunk)."""
+    log_every: int = 10
+    """steps between logged rows."""
+    chunk: int = 100
+    """steps per compiled chunk and checkpoint (a multiple of log_every)."""
+    seeds: int = 1
+    """training seeds (initialisation and data order), vmapped."""
+    out: Path = Path("runs/markov")
+    """run directory."""
+
+    def __post_init__(self):
+        MarkovSetting.__post_init__(self)
+        RunOptions.__post_init__(self)
+        # a resumed config comes back from JSON with strings
+        object.__setattr__(self, "baselines", tuple(Path(p) for p in self.baselines))
+        require(self.model in ("minimal", "full"), "model", self.model, "minimal or full")
+        require(self.layers in (1, 2), "layers", self.layers, "1 or 2")
+        require(self.heads >= 1, "heads", self.heads, "an integer >= 1")
+        if self.model == "full":
+            require(
+                WIDTH % self.heads == 0,
+                "heads",
+                self.heads,
+                f"a divisor of the full model's width {WIDTH}",
+            )
+            require(
+                self.length - 1 <= MAX_LENGTH,
+                "generated",
+                self.generated,
+                f"at most {MAX_LENGTH + 1} - w = {MAX_LENGTH + 1 - self.window} tokens "
+                f"(the full model has {MAX_LENGTH} positions)",
+            )
+        require(
+            self.context is None or 1 <= self.context <= self.length - 1,
+            "context",
+            self.context,
+            f"None or a window 1 <= c <= L = {self.length - 1}",
+        )
+        require(
+            self.query_scale is None or (math.isfinite(self.query_scale) and self.query_scale >= 0),
+            "query_scale",
+            self.query_scale,
+            "a scale >= 0, or None for Xavier",
+        )
+        require(
+            self.optimizer in ("adamw", "sgd", "gd"),
+            "optimizer",
+            self.optimizer,
+            "adamw, sgd or gd",
+        )
+        require(
+            self.lr is None or (math.isfinite(self.lr) and self.lr > 0),
+            "lr",
+            self.lr,
+            "a learning rate > 0, or None for the paper's",
+        )
+        require(0 <= self.momentum < 1, "momentum", self.momentum, "a value in [0, 1)")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a value >= 0")
+        require(self.clip > 0, "clip", self.clip, "a global norm > 0")
+        require(
+            self.train_size is None or self.train_size >= 1,
+            "train_size",
+            self.train_size,
+            "None (online) or an integer >= 1",
+        )
+        require(self.batch >= 1, "batch", self.batch, "an integer >= 1")
+        require(self.validation >= 1, "validation", self.validation, "an integer >= 1")
+        require(
+            self.precision in ("auto", "float32", "float64"),
+            "precision",
+            self.precision,
+            "auto, float32 or float64",
+        )
+        contexts = [self._check_baseline(p) for p in self.baselines]
+        require(
+            len(set(contexts)) == len(contexts),
+            "baselines",
+            [str(p) for p in self.baselines],
+            "baselines of distinct contexts c",
+        )
+
+    def _check_baseline(self, path: Path) -> int:
+        """The context c of a stored baseline run, after checking it fits this student."""
+        what = "a complete markov c-gram run directory"
+        require(
+            (path / "config.json").exists() and (path / "summary.json").exists(),
+            "baselines",
+            str(path),
+            what,
+        )
+        stored = json.loads((path / "config.json").read_text())
+        summary = json.loads((path / "summary.json").read_text())
+        conf = stored["config"]
+        require(
+            stored.get("experiment") == NAME
+            and conf.get("context") is not None
+            and summary.get("status") == "complete",
+            "baselines",
+            str(path),
+            what,
+        )
+        mine = jsonable({name: getattr(self, name) for name in TEACHER_FIELDS})
+        differ = [name for name in TEACHER_FIELDS if conf.get(name) != mine[name]]
+        require(
+            not differ,
+            "baselines",
+            str(path),
+            f"a baseline of the same task and teacher (differs in {', '.join(differ)})",
+        )
+        return int(conf["context"])
+
+    def task(self) -> MarkovSetting:
+        return MarkovSetting(**{f.name: getattr(self, f.name) for f in fields(MarkovSetting)})
+
+    @property
+    def learning_rate(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        if self.optimizer == "adamw":
+            return PAPER_ADAMW_LR[self.model, self.layers]
+        return PLAIN_LR[self.optimizer]
+
+    @property
+    def dtype(self):
+        if self.precision == "auto":
+            tiny = self.query_scale is not None and 0 < self.query_scale < FLOAT64_BELOW
+            return jnp.float64 if tiny else jnp.float32
+        return jnp.dtype(self.precision).type
+
+    @property
+    def minibatch(self) -> int:
+        return self.batch if self.train_size is None else min(self.batch, self.train_size)
+
+
+def build_model(cfg: MarkovTrainConfig, key):
+    """The initial model of ``cfg`` (parameters in ``cfg.dtype``)."""
+    if cfg.model == "minimal":
+        return init_minimal(
+            key,
+            cfg.heads,
+            cfg.vocab,
+            cfg.length - 1,
+            cfg.query_scale,
+            cfg.dtype,
+            layers=cfg.layers,
+            context=cfg.context,
+        )
+    return FullTransformer(
+        cfg.vocab,
+        key=key,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        context=cfg.context,
+        query_scale=cfg.query_scale,
+        dtype=cfg.dtype,
+    )
+
+
+def optimizer(cfg: MarkovTrainConfig):
+    lr = cfg.learning_rate
+    if cfg.optimizer == "adamw":
+        return optax.chain(
+            optax.clip_by_global_norm(cfg.clip), optax.adamw(lr, weight_decay=cfg.weight_decay)
+        )
+    if cfg.optimizer == "sgd":
+        return optax.chain(
+            optax.clip_by_global_norm(cfg.clip), optax.sgd(lr, momentum=cfg.momentum)
+        )
+    return optax.sgd(lr)
+
+
+@dataclass(frozen=True)
+class MarkovData:
+    """Teacher A* and the fixed sequence sets of one teacher seed."""
+
+    task: MarkovSetting
+    A: jax.Array
+    validation: jax.Array
+    """from key(teacher_seed) folded with 1."""
+    train: jax.Array | None
+    """the training set, from the fold with 2 (None: online)."""
+    probe: jax.Array
+    """the train probe: the first min(n, validation) training sequences, or (online) fresh
+    sequences from the fold with 3."""
+
+
+def markov_data(cfg: MarkovTrainConfig) -> MarkovData:
+    task = cfg.task()
+    A, val, train, probe = _draw_data(task, cfg.teacher_seed, cfg.validation, cfg.train_size)
+    return MarkovData(task, A, val, train, probe)
+
+
+@partial(jax.jit, static_argnums=(0, 2, 3))
+def _draw_data(task: MarkovSetting, teacher_seed, validation: int, train_size: int | None):
+    # one compiled program (the baselines and the student of one task share it)
+    key = jax.random.PRNGKey(teacher_seed)
+    A = teacher(task, key)
+    val = sample_sequences(task, A, jax.random.fold_in(key, 1), validation)
+    if train_size is None:
+        return A, val, None, sample_sequences(task, A, jax.random.fold_in(key, 3), validation)
+    train = sample_sequences(task, A, jax.random.fold_in(key, 2), train_size)
+    return A, val, train, train[: min(train_size, validation)]
+
+
+def _nll(logp, targets):
+    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+
+def _kl(ref, logp):
+    """KL(p_ref || p_model) averaged over sequences and positions; ``ref`` (K, n, gen, d)."""
+    return jnp.mean(jnp.sum(jnp.exp(ref) * (ref - logp[None]), axis=-1), axis=(1, 2))
+
+
+def log_probs(model, task: MarkovSetting, seqs, key=None):
+    """log p_model(. | x_{<t}) at the generated positions: (n, generated, d)."""
+    keys = None if key is None else jax.random.split(key, seqs.shape[0])
+    logits = jax.vmap(lambda s, k: model(s, key=k))(seqs[:, :-1], keys)
+    return jax.nn.log_softmax(logits[:, task.window - 1 :])
+
+
+_log_probs = eqx.filter_jit(log_probs)
+
+
+@partial(jax.jit, static_argnums=0)
+def _references(task: MarkovSetting, A, seqs):
+    """log p of every truncated teacher A*_{1:k}, k = 1..h: (h, n, generated, d)."""
+    return jnp.stack([teacher_log_probs(task, A, seqs, k) for k in range(1, task.h + 1)])
+
+
+def yardstick_losses(task: MarkovSetting, A, sequences) -> np.ndarray:
+    """Validation loss of uniform prediction (ln d) and of each truncated teacher A*_{1:k}."""
+    targets = sequences[:, task.window :]
+    return np.array(
+        [math.log(task.vocab)]
+        + [
+            float(_nll(teacher_log_probs(task, A, sequences, k), targets))
+            for k in range(1, task.h + 1)
+        ]
+    )
+
+
+def lag_blocks(task: MarkovSetting) -> np.ndarray:
+    """M (generated, L, h): M[q, s, k] = 1 when key s is at a lag of block k from the q-th
+    generated query (output position w-1+q predicts token w+q; lag i is key w+q-i)."""
+    M = np.zeros((task.generated, task.length - 1, task.h))
+    start = 0
+    for k, b in enumerate(task.blocks):
+        for q in range(task.generated):
+            for i in range(start + 1, start + b + 1):
+                M[q, task.window + q - i, k] = 1.0
+        start += b
+    return M
+
+
+def head_asymmetry(queries) -> jax.Array:
+    """max_{h,h'} ||W_Q^h - W_Q^h'||_F of per-head query weights (H, ...)."""
+    diff = queries[:, None] - queries[None]
+    return jnp.sqrt(jnp.max(jnp.sum(diff**2, axis=tuple(range(2, diff.ndim)))))
+
+
+def baseline_contexts(task: MarkovSetting) -> tuple[int, ...]:
+    """c_k = |I(1)| + ... + |I(k)| for k = 1..h (the last: the full window w)."""
+    return tuple(int(c) for c in np.cumsum(task.blocks))
+
+
+def load_baseline(path: Path):
+    """(c, model) of a stored c-gram baseline: its seed-0 parameters at the last checkpoint."""
+    from simulate.experiments import EXPERIMENTS, resumed_config  # it imports this module
+
+    bcfg = resumed_config(EXPERIMENTS[NAME], path, quiet=True)
+    shapes = jax.eval_shape(lambda k: build_model(bcfg, k), jax.random.PRNGKey(0))
+    leaves, _, _ = RunStore(path).load_checkpoint()
+    want = jax.tree_util.tree_leaves(shapes)
+    params = [jnp.asarray(x[0]) for x in leaves[: len(want)]]  # the state tuple starts with params
+    require(
+        all(p.shape == w.shape and p.dtype == w.dtype for p, w in zip(params, want)),
+        "baselines",
+        str(path),
+        "a checkpoint matching its config.json",
+    )
+    return bcfg.context, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), params)
+
+
+def problem(cfg: MarkovTrainConfig, data: MarkovData | None = None) -> Problem:
+    data = data or markov_data(cfg)
+    task, dtype = data.task, cfg.dtype
+    w, G, L = task.window, task.generated, task.length - 1
+    val, probe = data.validation, data.probe
+
+    ref_val = _references(task, data.A, val).astype(dtype)
+    ref_probe = _references(task, data.A, probe).astype(dtype)
+    baselines = [load_baseline(p) for p in cfg.baselines]
+    if baselines:
+        base_val = jnp.stack([_log_probs(m, task, val) for _, m in baselines]).astype(dtype)
+        base_probe = jnp.stack([_log_probs(m, task, probe) for _, m in baselines]).astype(dtype)
+    M = jnp.asarray(lag_blocks(task), dtype)
+    A_hat = (data.A / jnp.linalg.norm(data.A, axis=(1, 2), keepdims=True)).astype(dtype)
+
+    def init(init_key, noise_key):
+        del noise_key
+        return build_model(cfg, init_key)
+
+    def draw(key):
+        if data.train is None:
+            return sample_sequences(task, data.A, key, cfg.batch)
+        pick = jax.random.choice(key, cfg.train_size, (cfg.minibatch,), replace=False)
+        return data.train[pick]
+
+    def loss_and_direction(model, data_key):
+        batch_key, dropout_key = jax.random.split(data_key)
+        seqs = draw(batch_key)
+        dropout_key = dropout_key if cfg.model == "full" else None  # the minimal model has none
+        return jax.value_and_grad(
+            lambda m: _nll(log_probs(m, task, seqs, dropout_key), seqs[:, w:])
+        )(model)
+
+    def observe(model):
+        logits, attn = jax.vmap(model.logits_and_attention)(val[:, :-1])
+        logp = jax.nn.log_softmax(logits[:, w - 1 :])
+        probe_logp = log_probs(model, task, probe)
+        amap = attn[:, :, :, w - 1 :].mean(0)  # (layers, H, G, L)
+        out = {
+            "val_loss": _nll(logp, val[:, w:]),
+            "train_loss": _nll(probe_logp, probe[:, w:]),
+            "kl_yardstick": _kl(ref_val, logp),
+            "kl_yardstick_train": _kl(ref_probe, probe_logp),
+            "block_mass": amap[:, :, -1] @ M[-1],
+            "block_mass_mean": jnp.einsum("lhqs,qsk->lhk", amap, M) / G,
+            "attention_map": amap,
+            "head_asymmetry": head_asymmetry(model.head_queries()),
+        }
+        if baselines:
+            out["kl_baseline"] = _kl(base_val, logp)
+            out["kl_baseline_train"] = _kl(base_probe, probe_logp)
+        if cfg.model == "minimal":
+            V = model.stacked()[1][-1][:, : task.vocab, : task.vocab]
+            out["value_alignment"] = jnp.einsum("hab,kab->hk", V, A_hat)
+        return out
+
+    dims = {
+        "val_loss": (),
+        "train_loss": (),
+        "kl_yardstick": ("yardstick",),
+        "kl_yardstick_train": ("yardstick",),
+        "block_mass": ("layer", "head", "block"),
+        "block_mass_mean": ("layer", "head", "block"),
+        "attention_map": ("layer", "head", "query", "key"),
+        "head_asymmetry": (),
+    }
+    if baselines:
+        dims.update(kl_baseline=("baseline",), kl_baseline_train=("baseline",))
+    if cfg.model == "minimal":
+        dims["value_alignment"] = ("head", "block")
+    coords = {
+        "yardstick": np.arange(1, task.h + 1),
+        "layer": np.arange(1, cfg.layers + 1),
+        "head": np.arange(1, cfg.heads + 1),
+        "block": np.arange(1, task.h + 1),
+        "query": np.arange(w - 1, L),
+        "key": np.arange(L),
+    }
+    if baselines:
+        coords["baseline"] = np.array([c for c, _ in baselines])
+    # jitted, so that the trainer's first (eager, vmapped) init and observe compile once instead
+    # of dispatching op by op
+    return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords)
+
+
+LADDER_RULE = (
+    "ladder step k (k >= 2): first logged step from which on the truncated teacher "
+    "closest in KL is A*_{1:j} with j >= k (the trajectory has left classes < k)"
+)
+SPLIT_RULE = (
+    "first logged step at which two heads' block masses (last query, first layer) "
+    "differ by more than 0.1"
+)
+EARLY_STOPPING_RULE = "best step: argmin of val_loss over the logged rows (early stopping)"
+
+
+def ladder_steps(steps, kl) -> list[float]:
+    """Per ``LADDER_RULE``, for k = 2..h; nan when class k is never reached for good."""
+    closest = np.argmin(kl, axis=-1) + 1
+    out = []
+    for k in range(2, kl.shape[-1] + 1):
+        below = np.nonzero(closest < k)[0]
+        first = 0 if below.size == 0 else below[-1] + 1
+        out.append(float(steps[first]) if first < len(steps) else float("nan"))
+    return out
+
+
+def split_step(steps, block_mass) -> float:
+    """Per ``SPLIT_RULE``; ``block_mass`` is (step, head, block) or (step, layer, head, block)."""
+    if block_mass.ndim == 4:
+        block_mass = block_mass[:, 0]
+    spread = np.max(block_mass, axis=1) - np.min(block_mass, axis=1)
+    hit = np.nonzero(np.max(spread, axis=-1) > 0.1)[0]
+    return float(steps[hit[0]]) if hit.size else float("nan")
+
+
+def summarize(cfg: MarkovTrainConfig, data: MarkovData, ds) -> dict:
+    """summary.json entries of a run: yardsticks, ladder, head split, early stopping."""
+    task = data.task
+    yard = yardstick_losses(task, data.A, data.validation)
+    steps = ds["step"].values
+    val = ds["val_loss"].values
+    best = np.argmin(np.where(np.isfinite(val), val, np.inf), axis=1)
+    seeds = range(val.shape[0])
+    summary = {
+        "yardstick_losses": {
+            "uniform": yard[0],
+            **{f"A*_1:{k}": yard[k] for k in range(1, task.h + 1)},
+        },
+        "bayes_loss": yard[task.h],
+        "learning_rate": cfg.learning_rate,
+        "dtype": jnp.dtype(cfg.dtype).name,
+        "ladder_rule": LADDER_RULE,
+        "ladder_steps_per_seed": [ladder_steps(steps, kl) for kl in ds["kl_yardstick"].values],
+        "heads_split_rule": SPLIT_RULE,
+        "heads_split_step_per_seed": [split_step(steps, m) for m in ds["block_mass"].values],
+        "early_stopping_rule": EARLY_STOPPING_RULE,
+        "best_val_step_per_seed": [float(steps[b]) for b in best],
+        "best_val_loss_per_seed": [float(val[i, b]) for i, b in zip(seeds, best)],
+        "closest_yardstick_at_best_per_seed": [
+            int(np.argmin(ds["kl_yardstick"].values[i, b])) + 1 for i, b in zip(seeds, best)
+        ],
+        "max_head_asymmetry_per_seed": ds["head_asymmetry"].max("step").values,
+        "final_val_loss": ds["val_loss"].isel(step=-1).values,
+        "final_train_loss": ds["train_loss"].isel(step=-1).values,
+        "final_kl_yardstick": ds["kl_yardstick"].isel(step=-1).values,
+    }
+    if "kl_baseline" in ds:
+        contexts = ds["baseline"].values
+        summary["baselines"] = {int(c): str(p) for c, p in zip(contexts, cfg.baselines)}
+        summary["closest_baseline_at_best_per_seed"] = [
+            int(contexts[np.argmin(ds["kl_baseline"].values[i, b])]) for i, b in zip(seeds, best)
+        ]
+    return summary
+
+
+def run(cfg: MarkovTrainConfig):
+    """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
+    data = markov_data(cfg)
+    return run_experiment(
+        NAME,
+        cfg,
+        problem(cfg, data),
+        optimizer(cfg),
+        lambda ds: summarize(cfg, data, ds),
+        seeds={
+            "teacher_seed": cfg.teacher_seed,
+            "teacher_rule": "teacher, validation set, training set and "
+            "online train probe from key(teacher_seed) and "
+            "its fold_in 1, 2 and 3",
+            "minibatch_rule": "online: batch fresh sequences per step; "
+            "training set of n: min(batch, n) distinct "
+            "sequences drawn uniformly each step, "
+            "independently across steps",
+        },
+    )
+
+
+def _matches(path: Path, cfg: MarkovTrainConfig) -> bool:
+    """``path`` holds a complete run of ``cfg`` (the progress-bar setting aside)."""
+    try:
+        stored = json.loads((path / "config.json").read_text())["config"]
+        status = json.loads((path / "summary.json").read_text())["status"]
+    except (OSError, KeyError, ValueError):
+        return False
+    mine = jsonable(dataclasses.asdict(cfg))
+    ignore = ("quiet", "out", "resume")
+    return status == "complete" and all(
+        stored.get(k) == v for k, v in mine.items() if k not in ignore
+    )
+
+
+def train_baselines(
+    cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None
+) -> tuple[Path, ...]:
+    """Train the learned c-gram baselines of ``cfg``'s task (default c = c_1..c_h, the last the
+    full-window model) with ``cfg``'s settings, one seed each, into ``out/{c}-gram``; a directory
+    already holding the complete run is reused. Returns the run directories."""
+    base = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
+    dirs = []
+    for c in contexts or baseline_contexts(cfg.task()):
+        bcfg = MarkovTrainConfig(
+            **{
+                **base,
+                "context": c,
+                "baselines": (),
+                "seeds": 1,
+                "out": Path(out) / f"{c}-gram",
+                "resume": None,
+            }
+        )
+        if not _matches(bcfg.out, bcfg):
+            run(bcfg)
+        dirs.append(bcfg.out)
+    return tuple(dirs)

@@ -1,0 +1,46 @@
+"""Process-wide JAX settings, made by the entry points (the CLI, sweep workers, benchmarks,
+``tests/conftest.py``) and never by importing a package (ARCHITECTURE §4).
+
+- Float64: the ODEs and theory checks need it, and so do training runs started at tiny scales
+  (symmetry breaking of 1e-9 is lost in float32).
+- The persistent compilation cache under the user's cache directory, so that repeated CLI calls
+  load compiled programs instead of recompiling.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+
+
+def use_float64() -> None:
+    """Switch JAX to 64-bit floats and integers for this process."""
+    jax.config.update("jax_enable_x64", True)
+
+
+def cache_dir() -> Path:
+    """``$STAGEWISE_CACHE_DIR``, else ``$XDG_CACHE_HOME/stagewise/jax``, else
+    ``~/.cache/stagewise/jax``."""
+    if os.environ.get("STAGEWISE_CACHE_DIR"):
+        return Path(os.environ["STAGEWISE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "stagewise" / "jax"
+
+
+def enable_compilation_cache() -> Path:
+    """Point JAX's persistent compilation cache at ``cache_dir()`` and cache every program."""
+    path = cache_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    # the programs here compile in seconds: cache all of them
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+def configure() -> None:
+    """What every stagewise process sets before it builds a JAX program."""
+    use_float64()
+    enable_compilation_cache()
