@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from simulate.clustering_head.training import ClusteringConfig, optimizer, problem
+from simulate.runtime import use_float64
 from simulate.train import train
 
 
@@ -21,14 +22,13 @@ def epochs_per_second(seeds: int, epochs: int, hessian_iterations: int) -> tuple
         epochs=epochs,
         epochs_per_chunk=epochs,
         hessian_iterations=hessian_iterations,
-        quiet=True,
-        store=False,
     )
     result = train(problem(cfg), optimizer(cfg), cfg.schedule, cfg.seed_ids, None, progress=False)
     return epochs / result.run_seconds, result.compile_seconds
 
 
 if __name__ == "__main__":
+    use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
     parser = argparse.ArgumentParser()
     parser.add_argument("seeds", type=int, nargs="*", default=[1, 32])
     parser.add_argument("--epochs", type=int, default=10)

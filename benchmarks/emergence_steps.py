@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from simulate.emergence.training import EmergenceConfig, optimizer, problem
+from simulate.runtime import use_float64
 from simulate.train import train
 
 
@@ -29,14 +30,13 @@ def steps_per_second(
         steps=steps,
         chunk=steps,
         log_every=steps,
-        quiet=True,
-        store=False,
     )
     result = train(problem(cfg), optimizer(cfg), cfg.schedule, cfg.seed_ids, None, progress=False)
     return steps / result.run_seconds, result.compile_seconds
 
 
 if __name__ == "__main__":
+    use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
     parser = argparse.ArgumentParser()
     parser.add_argument("seeds", type=int, nargs="*", default=[1, 32])
     parser.add_argument("--steps", type=int, default=50)

@@ -1,7 +1,7 @@
 """markov timings at the paper's minimal setting (d = 50, spans [2,2,2], 3000 sequences per step,
-AdamW, validation 512 logged every 10 steps or once at the end of shorter runs, no store): compile time and steps per second of
-one seed (float64, the default q = 1e-9, and float32), 16 seeds vmapped in one program against 16
-sequential one-seed runs, and the full transformer at the same batch.
+AdamW, validation 512 logged every 10 steps or once at the end of shorter runs, no store):
+compile time and steps per second of one seed (float64, the default q = 1e-9, and float32),
+16 seeds vmapped in one program against 16 sequential one-seed runs, and the full transformer at the same batch.
 
 The persistent compilation cache goes to a fresh temporary directory, as the CLI would use one:
 the first compile of each program is cold, the 15 later sequential runs load theirs.
@@ -14,6 +14,7 @@ import os
 import tempfile
 
 from simulate.incremental.markov_training import MarkovTrainConfig, optimizer, problem
+from simulate.runtime import use_float64
 from simulate.train import train
 
 PAPER = {
@@ -78,6 +79,7 @@ def main(steps: int, seed_steps: int, full_steps: int):
 
 
 if __name__ == "__main__":
+    use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="steps of the one-seed runs")
     parser.add_argument("--seed-steps", type=int, default=3, help="steps of the 16-seed runs")
@@ -85,7 +87,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache:
         os.environ["STAGEWISE_CACHE_DIR"] = cache
-        from simulate.cache import enable_compilation_cache
+        from simulate.runtime import enable_compilation_cache
 
         enable_compilation_cache()
         main(args.steps, args.seed_steps, args.full_steps)

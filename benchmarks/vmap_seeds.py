@@ -16,6 +16,7 @@ from simulate.incremental.head_ode import (
     solve,
 )
 from simulate.measure.stages import midpoints
+from simulate.runtime import use_float64
 from theory.incremental.heads import HeadSetting
 
 
@@ -39,9 +40,11 @@ def main(n: int = 64, t_max: float = 500.0):
     for k in range(n):
         jax.block_until_ready(single(G, theta[k : k + 1], mids, grid, tm))
     print(
-        f"{n} single solves: compile {compile_s:.2f} s once, run {time.perf_counter() - start:.2f} s"
+        f"{n} single solves: compile {compile_s:.2f} s once, "
+        f"run {time.perf_counter() - start:.2f} s"
     )
 
 
 if __name__ == "__main__":
+    use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
     main()

@@ -1,130 +1,250 @@
-"""The ``stagewise`` command line (ARCHITECTURE §3): list, derive, figure, compare, run, sweep."""
+"""The ``stagewise`` command line (ARCHITECTURE §3): list, derive, figure, compare, run, sweep.
+
+Every command and every figure, comparison, experiment and derivation is a tyro subcommand, built
+from the registries (``figures.registry``, ``simulate.experiments``, ``figures.derive``), so each
+answers ``--help``. Bad input ends in one line on stderr and exit code 2: parse errors through
+tyro's parse-error hook, configuration errors (``theory.validation.ConfigError``) raised by the
+configs' validation before anything is compiled.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
+import re
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal, Union
 
 import tyro
+from tyro import _errors as tyro_errors  # tyro's parse-error hook (pinned tyro range)
 
-from theory.validation import ConfigError, require
+from theory.validation import ConfigError
 
-USAGE = (
-    "usage: stagewise {list,derive,figure,compare,run,sweep} ... "
-    "(stagewise COMMAND --help for options)"
-)
+Flat = tyro.conf.arg(name="")
 
 
-def _fail(message: str) -> int:
-    print(f"stagewise: error: {message}", file=sys.stderr)
-    return 2
+GROUP_FIELDS = {"stagewise": "command", "figure": "figure", "compare": "comparison"}
+GROUP_FIELDS |= {"run": "experiment", "sweep": "experiment", "derive": "system"}
+"""the field an unknown subcommand names in the one-line error, by the command it follows."""
 
 
-BOX = "│╭╮╰╯─┃━"
+def _group_of(argv: list[str], token: str | None, prog: str) -> str:
+    """The command whose subcommand ``token`` was meant to be (tyro reports an unknown or missing
+    subcommand at the level above): the word before it on the command line."""
+    words = [a for a in argv if not a.startswith("-")]
+    if token is None:
+        return words[-1] if words and words[-1] in GROUP_FIELDS else prog.split()[-1]
+    i = words.index(token) if token in words else -1
+    return words[i - 1] if i >= 1 and words[i - 1] in GROUP_FIELDS else prog.split()[-1]
 
 
-def parse(config_type, args: list[str], prog: str):
-    """``tyro.cli`` whose parse errors become one line (tyro draws a multi-line box)."""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            return tyro.cli(config_type, args=args, prog=prog)
-    except SystemExit as exit_:
-        if exit_.code in (0, None):
-            raise
-        lines = [
-            ln.strip(BOX + " ")
-            for ln in captured.getvalue().splitlines()
-            if not ln.lstrip().startswith("╭")
-        ]  # the box's title line
-        lines = [ln for ln in lines if ln]
-        message = lines[0] if lines else f"could not parse {' '.join(args)}"
-        for ln in lines[1:]:  # the message may wrap; the box's next section starts with a rule
-            if not ln or ln.startswith(("Argument helptext", "For full helptext")):
-                break
-            if ln.startswith(("-", "Perhaps")):
-                break
-            message += " " + ln
-        raise ConfigError("arguments", " ".join(args), message) from None
+def _one_line(
+    event: tyro_errors.ParseErrorEvent, choices: dict[str, list[str]], argv: list[str]
+) -> None:
+    """Parse-error hook: tyro's event as one ``field = value: what is wrong`` line instead of
+    tyro's multi-line box. ``choices``: the subcommand names of each command."""
+    group = event.prog.split()[-1]
+    if isinstance(event, tyro_errors.UnrecognizedArgs):
+        first = event.tokens[0] if event.tokens else ""
+        if first and not first.startswith("-"):
+            group = _group_of(argv, first, event.prog)
+    elif isinstance(event, tyro_errors.MissingSubcommand):
+        group = _group_of(argv, None, event.prog)
+    prog = event.prog if group in event.prog.split() else f"stagewise {group}"
+    hint = f"see '{prog.replace('stagewise stagewise', 'stagewise')} --help'"
+    if isinstance(event, tyro_errors.UnrecognizedArgs):
+        first = event.tokens[0] if event.tokens else ""
+        if first and not first.startswith("-") and group in GROUP_FIELDS:
+            field, value = GROUP_FIELDS[group], first
+            what = f"one of {', '.join(choices.get(group, []))}"
+        else:
+            field, value, what = "arguments", " ".join(event.tokens), "unrecognized"
+    elif isinstance(event, tyro_errors.InvalidChoice):
+        field = event.argument.lowered.name_or_flags[0].lstrip("-")
+        value, what = event.value, f"one of {', '.join(event.choices)}"
+    elif isinstance(event, tyro_errors.InstantiationFailure):
+        field = (
+            event.argument.lowered.name_or_flags[0].lstrip("-") if event.argument else "arguments"
+        )
+        quoted = re.findall(r"'([^']*)'", event.message)
+        value, what = (quoted[-1] if quoted else None), event.message
+    elif isinstance(event, tyro_errors.MissingSubcommand):
+        field, value = GROUP_FIELDS.get(group, group), None
+        what = f"required: one of {', '.join(choices.get(group, []))}"
+    elif isinstance(event, tyro_errors.MissingArgs):
+        names = [a.arg.lowered.name_or_flags[0] for a in event.missing_arguments]
+        field, value, what = "arguments", None, f"missing {', '.join(names)}"
+    elif isinstance(event, tyro_errors.BadValue):
+        field = event.argument.lowered.name_or_flags[0].lstrip("-")
+        value, what = event.offending_value, "not accepted"
+    else:
+        field, value, what = "arguments", None, type(event).__name__
+    raise ConfigError(field, value, f"{what} ({hint})")
+
+
+@dataclass(frozen=True)
+class ListCommand:
+    """Figures, comparisons, experiments and derivations, one line each."""
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """A parameter grid over an experiment (seeds vmapped inside each run)."""
+
+    grid: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+    """KEY=V1,V2,...: a config field and its values; repeat --grid for more fields (the
+    cartesian product of all items is run)."""
+    executor: Literal["local", "ray"] = "local"
+    """local: parallel worker processes; ray: Ray tasks (needs stagewise[ray])."""
+    address: str | None = None
+    """Ray cluster address (e.g. 127.0.0.1:6379); default: start a private local Ray instance."""
+    workers: int = 2
+    """parallel worker processes (local) or CPUs of a private Ray instance."""
+    out: Path | None = None
+    """sweep directory (default runs/sweep-EXPERIMENT)."""
+    variable: str = "loss"
+    """variable drawn in the aggregate figure (dims seed, step)."""
+
+
+def _choice(name: str, description: str, fields: list[tuple[str, Any, Any]]) -> Any:
+    """A subcommand ``name``: a dataclass of the given (flattened) fields."""
+    cls = make_dataclass(
+        name.replace("-", "_"),
+        [(f, Annotated[t, Flat], field(default=d)) for f, t, d in fields],
+        frozen=True,
+    )
+    cls.__doc__ = description
+    cls.command_name = name  # type: ignore[attr-defined]
+    return Annotated[cls, tyro.conf.subcommand(name, description=description)]
+
+
+def _group(name: str, description: str, choices: Sequence[Any]) -> Any:
+    """A command ``name`` whose target is one of ``choices``."""
+    target = Union[tuple(choices)] if len(choices) > 1 else choices[0]  # noqa: UP007
+    cls = make_dataclass(name, [("target", Annotated[target, Flat])], frozen=True)
+    cls.__doc__ = description
+    return Annotated[cls, tyro.conf.subcommand(name, description=description)]
+
+
+@dataclass(frozen=True)
+class Commands:
+    """Everything the command line can do, and what runs each choice."""
+
+    parser: Any
+    actions: dict[type, Callable[[Any], int]]
+    choices: dict[str, list[str]]
+    """the subcommand names of each command ("stagewise" for the top level)."""
+
+
+def commands() -> Commands:
+    from figures.derive import SYSTEMS
+    from figures.registry import all_figures, comparisons
+    from simulate.experiments import EXPERIMENTS
+    from simulate.runner import RunOutput
+
+    actions: dict[type, Callable[[Any], int]] = {}
+
+    def choices(entries, make, act) -> list[Any]:
+        out = []
+        for entry in entries:
+            choice = make(entry)
+            actions[choice.__origin__] = lambda cmd, e=entry: act(e, cmd)
+            out.append(choice)
+        return out
+
+    figures = choices(
+        all_figures().values(),
+        lambda f: _choice(f.id, f.description, [("config", f.config, f.config())]),
+        lambda f, cmd: _figure(f, cmd.config),
+    )
+    compares = choices(
+        comparisons().values(),
+        lambda f: _choice(f.command_name, f.description, [("config", f.config, f.config())]),
+        lambda f, cmd: _figure(f, cmd.config),
+    )
+    runs = choices(
+        EXPERIMENTS.values(),
+        lambda e: _choice(
+            e.name,
+            e.description,
+            [
+                ("experiment", e.config, e.config()),
+                ("output", RunOutput, RunOutput(out=Path("runs") / e.name)),
+            ],
+        ),
+        lambda e, cmd: _run(e, cmd.experiment, cmd.output),
+    )
+    sweeps = choices(
+        EXPERIMENTS.values(),
+        lambda e: _choice(
+            e.name,
+            e.description,
+            [("experiment", e.config, e.config()), ("options", SweepOptions, SweepOptions())],
+        ),
+        lambda e, cmd: _sweep(e, cmd.experiment, cmd.options),
+    )
+    derives = choices(
+        SYSTEMS.values(),
+        lambda s: _choice(s.name, s.description, [("config", s.config, s.config())]),
+        lambda s, cmd: _derive(s, cmd.config),
+    )
+    groups = [
+        ("figure", "reproduce one figure (PNG + PDF + summary.json in OUT/<id>/)", figures),
+        ("compare", "predicted vs measured stage times: table, figure, summary.json", compares),
+        ("run", "run one experiment into a run directory (resumable)", runs),
+        ("sweep", "an experiment over a parameter grid, locally or on Ray", sweeps),
+        ("derive", "print a paper's derivation (text or --latex)", derives),
+    ]
+    top = [Annotated[ListCommand, tyro.conf.subcommand("list", description=ListCommand.__doc__)]]
+    names = {"stagewise": ["list", *(name for name, _, _ in groups)]}
+    actions[ListCommand] = lambda cmd: _list()
+    for name, description, group in groups:
+        names[name] = [c.__origin__.command_name for c in group]
+        command = _group(name, description, group)
+        actions[command.__origin__] = lambda cmd: actions[type(cmd.target)](cmd.target)
+        top.append(command)
+    return Commands(Union[tuple(top)], actions, names)  # noqa: UP007
 
 
 def _list() -> int:
     from figures.derive import SYSTEMS
-    from figures.registry import all_figures
+    from figures.registry import all_figures, comparisons
+    from simulate.experiments import EXPERIMENTS
 
     for fig in all_figures().values():
-        print(f"{fig.id:36s} {fig.paper:16s} {fig.description}")
-    print(f"derive systems: {', '.join(SYSTEMS)}")
-    from simulate.experiments import EXPERIMENTS
-
+        print(f"figure     {fig.id:36s} {fig.paper:16s} {fig.description}")
+    for fig in comparisons().values():
+        print(f"compare    {fig.command_name:36s} {fig.paper:16s} {fig.description}")
     for exp in EXPERIMENTS.values():
-        print(f"experiment {exp.name:25s} {exp.description}")
+        print(f"experiment {exp.name:36s} {'':16s} {exp.description}")
+    for system in SYSTEMS.values():
+        print(f"derive     {system.name:36s} {'':16s} {system.description}")
     return 0
 
 
-def _derive(args: list[str]) -> int:
-    from figures.derive import SYSTEMS, DeriveConfig, derive
-
-    if not args or args[0] not in SYSTEMS:
-        got = args[0] if args else "(none)"
-        return _fail(f"system = {got!r}: one of {', '.join(SYSTEMS)}")
-    cfg = parse(DeriveConfig, args[1:], f"stagewise derive {args[0]}")
-    print(derive(cfg))
+def _figure(figure, cfg) -> int:
+    figure.run(cfg)
     return 0
 
 
-def _figure(args: list[str]) -> int:
-    from figures.registry import all_figures
-
-    figures = all_figures()
-    if not args or args[0] not in figures:
-        got = args[0] if args else "(none)"
-        return _fail(f"figure = {got!r}: unknown figure id; one of {', '.join(figures)}")
-    fig = figures[args[0]]
-    cfg = parse(fig.config, args[1:], f"stagewise figure {fig.id}")
-    fig.run(cfg)
+def _derive(system, cfg) -> int:
+    print(system.derive(cfg))
     return 0
 
 
-def _compare(args: list[str]) -> int:
-    from figures.registry import comparisons
+def _run(experiment, cfg, output) -> int:
+    from dataclasses import replace
 
-    known = comparisons()
-    if not args or args[0] not in known:
-        got = args[0] if args else "(none)"
-        return _fail(f"comparison = {got!r}: one of {', '.join(known)}")
-    config, run_comparison = known[args[0]]
-    run_comparison(parse(config, args[1:], f"stagewise compare {args[0]}"))
-    return 0
-
-
-def _experiment(name: str | None):
-    from simulate.experiments import EXPERIMENTS
-
-    if name not in EXPERIMENTS:
-        raise ConfigError("experiment", name or "(none)", f"one of {', '.join(EXPERIMENTS)}")
-    return EXPERIMENTS[name]
-
-
-def _run(args: list[str]) -> int:
     from simulate.experiments import resumed_config
+    from simulate.store import read_summary
     from simulate.train import DivergenceError, Interrupted
 
-    exp = _experiment(args[0] if args else None)
-    cfg = parse(exp.config, args[1:], f"stagewise run {exp.name}")
-    if cfg.resume is not None:
-        require(
-            (cfg.resume / "config.json").exists(),
-            "resume",
-            str(cfg.resume),
-            "a run directory holding config.json",
-        )
-        cfg = resumed_config(exp, cfg.resume, cfg.quiet)
+    if output.resume is not None:
+        cfg = resumed_config(experiment, output.resume)
+        output = replace(output, out=output.resume)
     try:
-        path = exp.run(cfg)
+        path = experiment.run(cfg, output)
     except DivergenceError as err:
         print(f"stagewise: {err}", file=sys.stderr)
         return 1
@@ -132,47 +252,40 @@ def _run(args: list[str]) -> int:
         print(f"stagewise: {err}", file=sys.stderr)
         return 128 + err.signum
     print(f"wrote {path}")
-    print(_success_line(path), end="")
+    flags = read_summary(path).get("success_per_seed")
+    if flags is not None:
+        print(f"success: {sum(flags)}/{len(flags)} seeds ({read_summary(path)['success_rule']})")
     return 0
 
 
-def _success_line(path) -> str:
-    """'success: n/N seeds (rule)' when the experiment records a success flag per seed."""
-    summary = json.loads((Path(path) / "summary.json").read_text())
-    flags = summary.get("success_per_seed")
-    if flags is None:
-        return ""
-    return f"success: {sum(flags)}/{len(flags)} seeds ({summary['success_rule']})\n"
+def _sweep(experiment, cfg, options: SweepOptions) -> int:
+    from figures.sweep_cli import sweep
+
+    return sweep(experiment, cfg, options)
 
 
-def _sweep(args: list[str]) -> int:
-    from figures.sweep_cli import sweep_main
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run the chosen command; the exit code."""
+    import matplotlib
 
-    return sweep_main(args)
+    from simulate.runtime import configure
 
-
-def main(argv: list[str] | None = None) -> int:
+    matplotlib.use("Agg")
+    configure()
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {
-        "list": lambda a: _list(),
-        "derive": _derive,
-        "figure": _figure,
-        "compare": _compare,
-        "run": _run,
-        "sweep": _sweep,
-    }
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
-    if argv[0] not in commands:
-        return _fail(f"command = {argv[0]!r}: one of {', '.join(commands)}")
-    from simulate.cache import enable_compilation_cache
-
-    enable_compilation_cache()
     try:
-        return commands[argv[0]](argv[1:])
+        cli = commands()
+        with tyro_errors.on_parse_error(lambda event: _one_line(event, cli.choices, argv)):
+            command = tyro.cli(
+                cli.parser,
+                args=argv,
+                prog="stagewise",
+                config=(tyro.conf.OmitSubcommandPrefixes,),
+            )
+        return cli.actions[type(command)](command)
     except ConfigError as err:
-        return _fail(str(err))
+        print(f"stagewise: error: {err}", file=sys.stderr)
+        return 2
 
 
 def run() -> None:

@@ -1,14 +1,18 @@
-"""``stagewise derive incremental``: the derivation of the reduced head system as text or LaTeX
-(spec incremental.md §5; computations in ``theory.incremental.heads`` and ``theory.incremental.stages``)."""
+"""``stagewise derive SYSTEM``: a paper's derivation as text or LaTeX.
+
+incremental: the reduced head system (spec incremental.md §5; computations in
+``theory.incremental.heads`` and ``theory.incremental.stages``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import sympy as sp
 
-from figures.incremental.ode_config import HeadOdeConfig
+from simulate.incremental.head_options import HeadSystemOptions
 from theory.gradient_flow import classify_spectrum
 from theory.incremental.heads import METRICS, HeadSystem
 from theory.incremental.stages import (
@@ -19,12 +23,10 @@ from theory.incremental.stages import (
     vertex_decay_coefficient,
 )
 
-SYSTEMS = ("incremental",)
-
 
 @dataclass(frozen=True)
-class DeriveConfig(HeadOdeConfig):
-    """Derivation of the reduced head system (same overrides as the figure)."""
+class DeriveConfig(HeadSystemOptions):
+    """Derivation of the reduced head system (the system options of incremental-ode)."""
 
     latex: bool = False
     """print LaTeX instead of text."""
@@ -115,3 +117,23 @@ def derive(cfg: DeriveConfig) -> str:
             f"{p.plateau_after:.6g}, t = {t}  [{p.rule}]"
         )
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """One ``stagewise derive`` system: its options and the text it prints."""
+
+    name: str
+    description: str
+    config: type
+    derive: Callable[[Any], str]
+
+
+SYSTEMS = {
+    "incremental": Derivation(
+        "incremental",
+        "reduced head system: field, fixed points, spectra, plateau levels, predicted stages",
+        DeriveConfig,
+        derive,
+    ),
+}

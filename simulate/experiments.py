@@ -1,29 +1,44 @@
-"""Registry of the experiments ``stagewise run`` and ``stagewise sweep`` know."""
+"""Registry of the experiments ``stagewise run`` and ``stagewise sweep`` know.
+
+An experiment is a config class (its options: what it computes) and ``run(cfg, output)``
+(``output``: where it is written; ``simulate.runner.RunOutput``)."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from simulate.clustering_head import training as clustering_training
 from simulate.emergence import training as emergence_training
 from simulate.focus_dilution import training as focus_dilution_training
 from simulate.incremental import head_training, markov_training, regression_training
 from simulate.mean_field import training as mean_field_training
+from simulate.runner import RunOptions, RunOutput
+from simulate.store import RunStore
+from simulate.train import TrainResult
+from theory.validation import ConfigError
+
+C = TypeVar("C", bound=RunOptions)
 
 
 @dataclass(frozen=True)
-class Experiment:
+class Experiment(Generic[C]):
+    """One experiment of ``stagewise run``: its name, a one-line description (``stagewise
+    list``), its config class and ``run(cfg, output)``, which returns the run directory (or the
+    in-memory result when ``output.store`` is off)."""
+
     name: str
     description: str
-    config: type
-    run: Callable
+    config: type[C]
+    run: Callable[[C, RunOutput], Path | TrainResult]
 
 
-EXPERIMENTS = {
+EXPERIMENTS: dict[str, Experiment[Any]] = {
     head_training.NAME: Experiment(
         head_training.NAME,
         "reduced head system trained step by step (Euler/GD/Adam) through the run store",
@@ -75,28 +90,52 @@ EXPERIMENTS = {
 }
 
 
-def resumed_config(experiment: Experiment, run_dir: Path, quiet: bool):
-    """The config a stored run was started with, set to resume from ``run_dir``."""
-    stored = json.loads((Path(run_dir) / "config.json").read_text())
+def resumed_config(experiment: Experiment[C], run_dir: Path) -> C:
+    """The config a stored run of ``experiment`` was started with (the ``config`` entry of
+    ``run_dir/config.json``); the caller resumes it with ``RunOutput(out=run_dir,
+    resume=run_dir)``. Entries that are no field of the config (e.g. those of an older version)
+    are left out, fields missing from the file keep their defaults."""
+    if not (Path(run_dir) / "config.json").is_file():
+        raise ConfigError("resume", str(run_dir), "a run directory (one with a config.json)")
+    stored = RunStore(run_dir).config()
     if stored["experiment"] != experiment.name:
-        from theory.validation import ConfigError
-
         raise ConfigError(
             "resume",
             str(run_dir),
             f"a run directory of experiment {experiment.name!r} "
             f"(this one is {stored['experiment']!r})",
         )
-    hints = typing.get_type_hints(experiment.config)
-    values = {}
-    for f in fields(experiment.config):
-        if f.name not in stored["config"]:
-            continue
-        value = stored["config"][f.name]
-        if isinstance(value, list):
-            value = tuple(value)
-        elif value is not None and hints[f.name] in (Path, Path | None):
-            value = Path(value)
-        values[f.name] = value
-    values.update(resume=Path(run_dir), out=Path(run_dir), quiet=quiet)
-    return experiment.config(**values)
+    return _from_json(experiment.config, stored["config"])
+
+
+def _from_json(config: type[Any], values: dict) -> Any:
+    """An instance of the dataclass ``config`` from its JSON form (``dataclasses.asdict``)."""
+    hints = typing.get_type_hints(config)
+    kept = {
+        f.name: _value(hints[f.name], values[f.name])
+        for f in dataclasses.fields(config)
+        if f.init and f.name in values
+    }
+    return config(**kept)
+
+
+def _value(hint: Any, value: Any) -> Any:
+    """A JSON value back as the type ``hint`` names: tuples from lists, paths from strings,
+    nested dataclasses from dicts (``X | None`` as ``X`` unless the value is null)."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        return _value(options[0], value) if len(options) == 1 else value
+    if hint is Path:
+        return Path(value)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type) and isinstance(value, dict):
+        return _from_json(hint, value)
+    if isinstance(value, list):
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_value(args[0], v) for v in value)
+        if origin is tuple and len(args) == len(value):
+            return tuple(_value(a, v) for a, v in zip(args, value))
+        return tuple(value)
+    return value

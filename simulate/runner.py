@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import optax
 import xarray as xr
 
 from simulate.store import RunStore, load
@@ -43,6 +44,7 @@ class Seeds:
 
     @property
     def seed_ids(self) -> list[int]:
+        """The run's seed ids: ``seed, seed + 1, ..., seed + seeds - 1``."""
         return list(range(self.seed, self.seed + self.seeds))
 
 
@@ -75,6 +77,7 @@ class RunOptions(Seeds):
 
     @property
     def schedule(self) -> Schedule:
+        """The trainer's schedule (steps, log_every, chunk)."""
         return Schedule(self.steps, self.log_every, self.chunk)
 
 
@@ -97,14 +100,15 @@ def run_experiment(
     cfg: RunOptions,
     output: RunOutput,
     problem: Problem,
-    optimizer,
+    optimizer: optax.GradientTransformation,
     summarize: Callable[[xr.Dataset], dict],
     seeds: dict | None = None,
 ) -> Path | TrainResult:
     """Run ``problem`` under ``cfg`` into ``output.out`` (or resume ``output.resume``).
 
     Returns the run directory, or the in-memory ``TrainResult`` when ``output.store`` is off.
-    ``summarize(dataset) -> dict`` adds the experiment's own entries to summary.json."""
+    ``summarize(dataset) -> dict`` adds the experiment's own entries to summary.json; ``seeds``
+    adds entries (e.g. a teacher's seed) to the seed record of config.json."""
     store = RunStore(output.resume or output.out) if output.store else None
     if store is not None and output.resume is None:
         streams = seed_streams(cfg.seed_ids)
@@ -140,6 +144,7 @@ def run_experiment(
     if store is None:
         if error is not None:
             raise error
+        assert result is not None  # train returned: no error
         return result
     ds, _ = load(store.path)
     summary = {"status": status, "steps_logged": int(ds["step"].values[-1])}

@@ -3,7 +3,8 @@
     config.json      resolved config, seeds, package versions, git revision, command line
     trajectory.zarr  xarray Dataset (dims seed, step, ...) appended chunk by chunk
     summary.json     status, stage times, plateau values, final metrics
-    checkpoint/      state.npz (every leaf of the training state) + meta.json (step, rows logged)
+    checkpoint/      state.eqx (every leaf of the training state, equinox's
+                     ``tree_serialise_leaves``) + meta.json (step, rows logged)
 
 Write order per chunk: trajectory rows first, then the checkpoint, each checkpoint written to a
 temporary directory and renamed, so an interruption at any moment leaves a checkpoint that points
@@ -22,14 +23,23 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
+import equinox as eqx
 import numpy as np
 import xarray as xr
+from jaxtyping import PyTree
+
+STATE = "state.eqx"
+"""The checkpoint's leaves: one ``.npy`` record per leaf, in ``jax.tree_util`` leaf order."""
+
+T = TypeVar("T")
 
 PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "optax", "sympy", "numpy", "xarray", "zarr")
 
 
-def jsonable(x):
+def jsonable(x: Any) -> Any:
+    """``x`` with numpy arrays and scalars, tuples and paths turned into JSON values."""
     if isinstance(x, dict):
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -46,8 +56,9 @@ def jsonable(x):
     return x
 
 
-def versions() -> dict:
-    out = {"python": platform.python_version()}
+def versions() -> dict[str, str | None]:
+    """Versions of Python and of the packages a run depends on."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)
@@ -57,6 +68,7 @@ def versions() -> dict:
 
 
 def git_revision() -> str | None:
+    """HEAD of the source checkout (``+dirty`` with uncommitted changes), None outside git."""
     here = Path(__file__).resolve().parent
     try:
         opts = {"cwd": here, "capture_output": True, "text": True, "timeout": 5}
@@ -69,7 +81,7 @@ def git_revision() -> str | None:
     return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def _write_json(path: Path, obj) -> None:
+def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
     os.replace(tmp, path)
@@ -78,7 +90,7 @@ def _write_json(path: Path, obj) -> None:
 class RunStore:
     """One run directory: create it, append trajectory chunks, checkpoint, summarise."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path | str):
         self.path = Path(path)
 
     @property
@@ -114,6 +126,7 @@ class RunStore:
         )
 
     def config(self) -> dict:
+        """config.json of the run."""
         return json.loads((self.path / "config.json").read_text())
 
     def append(self, chunk: xr.Dataset, rows_per_chunk: int | None = None) -> None:
@@ -134,17 +147,20 @@ class RunStore:
         data.to_zarr(self.trajectory_path, mode="w", consolidated=False)
 
     def rows(self) -> int:
+        """Rows stored in trajectory.zarr (0 before the first append)."""
         if not self.trajectory_path.exists():
             return 0
         with xr.open_zarr(self.trajectory_path, consolidated=False) as ds:
             return ds.sizes["step"]
 
-    def save_checkpoint(self, leaves: list[np.ndarray], step: int, rows: int) -> None:
+    def save_checkpoint(self, state: PyTree, step: int, rows: int) -> None:
+        """Write ``state`` (any pytree of arrays) with the step it reached and the rows logged
+        up to it; written to ``checkpoint.tmp`` and renamed, so a checkpoint is whole or absent."""
         tmp = self.path / "checkpoint.tmp"
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        np.savez(tmp / "state.npz", *leaves)
+        eqx.tree_serialise_leaves(tmp / STATE, state)
         _write_json(tmp / "meta.json", {"step": step, "rows": rows})
         old = self.path / "checkpoint.old"
         if self.checkpoint_path.exists():
@@ -153,14 +169,36 @@ class RunStore:
         if old.exists():
             shutil.rmtree(old)
 
-    def load_checkpoint(self) -> tuple[list[np.ndarray], int, int]:
+    @overload
+    def load_checkpoint(self) -> tuple[list[np.ndarray], int, int]: ...
+    @overload
+    def load_checkpoint(self, like: T) -> tuple[T, int, int]: ...
+
+    def load_checkpoint(self, like: Any = None) -> tuple[Any, int, int]:
+        """(state, step, rows) of the last checkpoint.
+
+        With ``like`` (a pytree of the state's structure: arrays or ``jax.ShapeDtypeStruct``)
+        the state comes back in that structure, every leaf checked against its shape and dtype
+        (``eqx.tree_deserialise_leaves``) and the file checked to hold no further leaf. Without
+        it: the list of leaves as numpy arrays, for readers that know only a prefix of the state
+        (e.g. the parameters of a stored run)."""
         path = self.checkpoint_path
         if not path.exists() and (self.path / "checkpoint.old").exists():
             path = self.path / "checkpoint.old"  # interrupted between the two renames
         meta = json.loads((path / "meta.json").read_text())
-        with np.load(path / "state.npz") as z:
-            leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
-        return leaves, meta["step"], meta["rows"]
+        with open(path / STATE, "rb") as f:
+            if like is None:
+                end = os.fstat(f.fileno()).st_size
+                state: Any = []
+                while f.tell() < end:
+                    state.append(np.load(f))
+            else:
+                state = eqx.tree_deserialise_leaves(f, like)
+                if f.read(1):
+                    raise ValueError(
+                        f"{path / STATE} holds more leaves than the state it is loaded into"
+                    )
+        return state, meta["step"], meta["rows"]
 
     def truncate(self, rows: int) -> None:
         """Keep the first ``rows`` logged rows (those covered by the checkpoint)."""
@@ -172,6 +210,7 @@ class RunStore:
         kept.to_zarr(self.trajectory_path, mode="w", consolidated=False)
 
     def write_summary(self, summary: dict) -> None:
+        """Write summary.json (non-finite floats as the strings "nan", "inf")."""
         _write_json(self.path / "summary.json", summary)
 
 

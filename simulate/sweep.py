@@ -2,7 +2,8 @@
 
 Seeds run inside one run as one vmapped compiled program (the experiment's own ``seeds`` field);
 grid points run as separate runs, in parallel worker processes (``executor="local"``) or as Ray
-tasks on a Ray cluster (``executor="ray"``; Ray is the optional extra ``stagewise[ray]``). The runs
+tasks on a Ray cluster (``executor="ray"``; Ray is the optional extra ``stagewise[ray]``). Each
+point is the experiment's config with the grid's values and a ``RunOutput`` of its own. The runs
 are merged into one xarray Dataset whose leading dims are the grid keys, then ``seed``, ``step``
 and the rest, written to ``OUT/sweep.zarr`` with ``OUT/sweep.json`` (grid, executor, run
 directories, timing).
@@ -22,20 +23,25 @@ import typing
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import xarray as xr
 
+from simulate.runner import RunOptions, RunOutput
 from theory.validation import ConfigError
 
 EXECUTORS = ("local", "ray")
-RESERVED = ("out", "seeds", "seed", "quiet", "resume", "store")
-"""Config fields a grid may not vary: they define the run layout and the seed dimension."""
+RESERVED = ("seeds", "seed", "out", "quiet", "resume", "store")
+"""Fields a grid may not vary: the seed dimension (seeds run inside each point), and the run
+layout should a config carry it (the sweep gives each point its own ``RunOutput``)."""
+
+C = TypeVar("C", bound=RunOptions)
 
 _SCALARS = (bool, int, float, str)
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-def _scalar_kind(annotation) -> tuple[type, tuple | None] | None:
+def _scalar_kind(annotation: Any) -> tuple[type, tuple | None] | None:
     """(python type, allowed Literal values or None) of a scalar field, None if not scalar."""
     if annotation in _SCALARS:
         return annotation, None
@@ -50,7 +56,7 @@ def _scalar_kind(annotation) -> tuple[type, tuple | None] | None:
     return None
 
 
-def _convert(text: str, kind: type):
+def _convert(text: str, kind: type) -> bool | int | float | str:
     if kind is bool:
         low = text.strip().lower()
         if low in _TRUE or low in _FALSE:
@@ -63,7 +69,7 @@ def _convert(text: str, kind: type):
     return text
 
 
-def parse_grid(items: list[str], config_type) -> dict[str, list]:
+def parse_grid(items: list[str], config_type: type) -> dict[str, list]:
     """``["m=1.5,2.0", "lr=0.1"]`` -> ``{"m": [1.5, 2.0], "lr": [0.1]}``.
 
     Keys are fields of the config dataclass (``log-every`` and ``log_every`` both name
@@ -97,7 +103,9 @@ def parse_grid(items: list[str], config_type) -> dict[str, list]:
         texts = [v.strip() for v in values.split(",")]
         if not values.strip() or any(not v for v in texts):
             raise ConfigError("grid", item, f"a non-empty comma-separated list of values for {key}")
-        kind, allowed = _scalar_kind(hints[key])
+        scalar = _scalar_kind(hints[key])
+        assert scalar is not None  # key is gridable
+        kind, allowed = scalar
         converted = []
         for text in texts:
             try:
@@ -123,33 +131,39 @@ def grid_points(grid: dict[str, list]) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
-def point_configs(base_cfg, grid: dict[str, list], out: Path) -> list:
-    """One validated config per grid point (``__post_init__`` runs here, before any compile).
-
-    Each point is a fresh, quiet run in ``out/point-NNN``; a run store is forced on where the
-    config can turn it off, since the merge reads the stored trajectories.
-    """
-    names = {f.name for f in dataclasses.fields(base_cfg)}
-    fixed = {k: v for k, v in (("resume", None), ("store", True)) if k in names}
+def point_configs(base_cfg: C, grid: dict[str, list], out: Path) -> list[tuple[C, RunOutput]]:
+    """One validated config per grid point (``__post_init__`` runs here, before any compile),
+    each with its output: a fresh (not resumed), quiet run in ``out/point-NNN`` with the run
+    store on, since the merge reads the stored trajectories."""
     return [
-        dataclasses.replace(
-            base_cfg, **point, **fixed, out=Path(out) / f"point-{i:03d}", quiet=True
+        (
+            dataclasses.replace(base_cfg, **point),
+            RunOutput(out=Path(out) / f"point-{i:03d}", resume=None, quiet=True, store=True),
         )
         for i, point in enumerate(grid_points(grid))
     ]
 
 
-def run_point(experiment_name: str, cfg) -> str:
-    """Run one grid point in this process; returns its run directory (picklable entry point)."""
+def run_point(experiment_name: str, cfg: RunOptions, output: RunOutput) -> str:
+    """Run one grid point in this process; returns its run directory.
+
+    The entry point of a worker (a fresh spawned process or a Ray worker): it switches the
+    process to float64 and the compilation cache first, as every stagewise entry point does
+    (picklable, module level)."""
     from simulate.experiments import EXPERIMENTS
+    from simulate.runtime import configure
 
-    return str(EXPERIMENTS[experiment_name].run(cfg))
+    configure()
+    path = EXPERIMENTS[experiment_name].run(cfg, output)
+    assert isinstance(path, Path)  # output.store is on: the run directory
+    return os.fspath(path)
 
 
-def _run_local(name: str, cfgs: list, workers: int) -> list[str]:
+def _run_local(name: str, points: list[tuple[RunOptions, RunOutput]], workers: int) -> list[str]:
     ctx = multiprocessing.get_context("spawn")  # fork after JAX initialised is unsafe
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(cfgs))), mp_context=ctx) as pool:
-        return list(pool.map(run_point, [name] * len(cfgs), cfgs))
+    cfgs, outputs = [p[0] for p in points], [p[1] for p in points]
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(points))), mp_context=ctx) as pool:
+        return list(pool.map(run_point, [name] * len(points), cfgs, outputs))
 
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -157,7 +171,9 @@ LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 instance binds to 127.0.0.1 (``_node_ip_address`` alone still registers the host's address)."""
 
 
-def _run_ray(name: str, cfgs: list, address: str | None, workers: int) -> list[str]:
+def _run_ray(
+    name: str, points: list[tuple[RunOptions, RunOutput]], address: str | None, workers: int
+) -> list[str]:
     if not address:
         os.environ.setdefault(LOOPBACK_ENV, "0")
     try:
@@ -197,7 +213,7 @@ def _run_ray(name: str, cfgs: list, address: str | None, workers: int) -> list[s
                 )
     try:
         task = ray.remote(num_cpus=1)(run_point)
-        return ray.get([task.remote(name, cfg) for cfg in cfgs])
+        return ray.get([task.remote(name, cfg, output) for cfg, output in points])
     finally:
         if started:
             ray.shutdown()  # stops a local instance; for a cluster address only disconnects
@@ -224,8 +240,8 @@ def merge_runs(datasets: list[xr.Dataset], points: list[dict]) -> xr.Dataset:
     merged = merged.transpose(*keys, ...)
     for name in list(merged.data_vars):
         rest = [d for d in merged[name].dims if d not in keys]
-        order = [d for d in ("seed", "step") if d in rest]
-        merged[name] = merged[name].transpose(*keys, *order, *[d for d in rest if d not in order])
+        lead = [d for d in ("seed", "step") if d in rest]
+        merged[name] = merged[name].transpose(*keys, *lead, *[d for d in rest if d not in lead])
     return merged
 
 
@@ -237,7 +253,7 @@ def ordered_dims(ds: xr.Dataset, grid_keys: list[str]) -> dict[str, int]:
 
 def run_sweep(
     experiment_name: str,
-    base_cfg,
+    base_cfg: RunOptions,
     grid: dict[str, list],
     out: Path,
     executor: str = "local",
@@ -257,13 +273,13 @@ def run_sweep(
         raise ConfigError("workers", workers, "an integer >= 1")
     out = Path(out).resolve()  # workers (and Ray tasks) may run in another directory
     points = grid_points(grid)
-    cfgs = point_configs(base_cfg, grid, out)
+    runs = point_configs(base_cfg, grid, out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if executor == "local":
-        run_dirs = _run_local(experiment_name, cfgs, workers)
+        run_dirs = _run_local(experiment_name, runs, workers)
     else:
-        run_dirs = _run_ray(experiment_name, cfgs, address, workers)
+        run_dirs = _run_ray(experiment_name, runs, address, workers)
     t_run = time.perf_counter() - t0
     merged = merge_runs([load(d)[0] for d in run_dirs], points)
     merged.attrs.update(experiment=experiment_name, grid_keys=json.dumps(list(grid)))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import jax
@@ -20,12 +21,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import xarray as xr
+from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from simulate.store import RunStore
 
 INIT, NOISE, DATA = 0, 1, 2
 """Tags folded into each seed's key: separate streams for initialisation, noise and data."""
+
+State = tuple[Any, Any, jax.Array, jax.Array, jax.Array, jax.Array]
+"""The trainer's state, every leaf stacked over seeds: (params, opt_state, data key, step,
+first non-finite step or -1, its kind: 0 loss, 1 parameters, -1 none)."""
 
 
 @dataclass(frozen=True)
@@ -40,17 +46,21 @@ class Problem:
 
     init: Callable[[jax.Array, jax.Array], Any]
     loss_and_direction: Callable[[Any, jax.Array], tuple[jax.Array, Any]]
-    observe: Callable[[Any], dict[str, jax.Array]]
+    observe: Callable[..., dict[str, jax.Array]]
+    """``observe(params)``, or ``observe(params, opt_state)`` when ``observe_optimizer``."""
     dims: dict[str, tuple[str, ...]]
     coords: dict[str, Any] = field(default_factory=dict)
     observe_optimizer: bool = False
 
-    def observation(self, params, opt_state) -> dict[str, jax.Array]:
+    def observation(self, params: Any, opt_state: Any) -> dict[str, jax.Array]:
+        """The logged observables of one seed's state."""
         return self.observe(params, opt_state) if self.observe_optimizer else self.observe(params)
 
 
 @dataclass(frozen=True)
 class Schedule:
+    """How many steps, how often a row is logged, how many steps one compiled chunk runs."""
+
     steps: int
     """total optimizer steps."""
     log_every: int
@@ -60,6 +70,8 @@ class Schedule:
 
 
 class DivergenceError(RuntimeError):
+    """A seed's loss or parameters became non-finite; the rows logged before it are kept."""
+
     def __init__(self, step: int, quantity: str, seed: int):
         self.step, self.quantity, self.seed = step, quantity, seed
         super().__init__(
@@ -69,6 +81,8 @@ class DivergenceError(RuntimeError):
 
 
 class Interrupted(RuntimeError):
+    """SIGINT or SIGTERM arrived; the run stopped after the chunk in flight was checkpointed."""
+
     def __init__(self, signum: int, step: int):
         self.signum, self.step = signum, step
         super().__init__(
@@ -78,13 +92,15 @@ class Interrupted(RuntimeError):
 
 @dataclass
 class TrainResult:
+    """What ``train`` returns: the rows it logged and where the time went."""
+
     dataset: xr.Dataset
     """rows logged by this call (on resume: the rows after the checkpoint)."""
     compile_seconds: float
     run_seconds: float
 
 
-def seed_streams(seed_ids) -> dict[str, jax.Array]:
+def seed_streams(seed_ids: Sequence[int]) -> dict[str, jax.Array]:
     """Per seed id: independent init, noise and data keys (``fold_in`` of the seed's key)."""
     base = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seed_ids, dtype=jnp.uint32))
     return {
@@ -93,7 +109,7 @@ def seed_streams(seed_ids) -> dict[str, jax.Array]:
     }
 
 
-def _all_finite(tree) -> jax.Array:
+def _all_finite(tree: Any) -> jax.Array:
     leaves = [
         jnp.all(jnp.isfinite(x))
         for x in jax.tree_util.tree_leaves(tree)
@@ -102,7 +118,11 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _chunk_program(problem: Problem, optimizer, schedule: Schedule):
+def _chunk_program(
+    problem: Problem, optimizer: optax.GradientTransformation, schedule: Schedule
+) -> jax.stages.Wrapped:
+    """``state -> (state, rows)``: one chunk of every seed, compiled once per run."""
+
     def one_step(carry, _):
         params, opt_state, key, step, bad, bad_kind = carry
         key, sub = jax.random.split(key)
@@ -125,7 +145,9 @@ def _chunk_program(problem: Problem, optimizer, schedule: Schedule):
     return jax.jit(jax.vmap(chunk))
 
 
-def _to_dataset(problem: Problem, rows: dict, steps, seed_ids) -> xr.Dataset:
+def _to_dataset(
+    problem: Problem, rows: dict[str, np.ndarray], steps: ArrayLike, seed_ids: Sequence[int]
+) -> xr.Dataset:
     data = {
         name: (("seed", "step", *problem.dims[name]), np.asarray(value))
         for name, value in rows.items()
@@ -138,36 +160,39 @@ def _to_dataset(problem: Problem, rows: dict, steps, seed_ids) -> xr.Dataset:
 class _SignalFlag:
     """Turns SIGINT/SIGTERM into a flag checked between chunks."""
 
-    def __init__(self):
-        self.signum = None
+    def __init__(self) -> None:
+        self.signum: int | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> _SignalFlag:
         self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         for s, h in self._old.items():
             signal.signal(s, h)
 
 
 def train(
     problem: Problem,
-    optimizer,
+    optimizer: optax.GradientTransformation,
     schedule: Schedule,
-    seed_ids,
+    seed_ids: Sequence[int],
     store: RunStore | None,
     resume: bool = False,
     progress: bool = True,
 ) -> TrainResult:
-    """Run (or resume) a training run; with ``store=None`` nothing is written (for benchmarks)."""
+    """Run (or resume) a training run; with ``store=None`` nothing is written (for benchmarks).
+
+    The state of every seed (stacked along a leading axis) is the tuple ``State``: parameters,
+    optimizer state, data key, step, and the first non-finite step and its kind (-1: none)."""
     seed_ids = list(seed_ids)
     keys = seed_streams(seed_ids)
     params = jax.vmap(problem.init)(keys["init"], keys["noise"])
     n = len(seed_ids)
-    state = (
+    state: State = (
         params,
         jax.vmap(optimizer.init)(params),
         keys["data"],
@@ -175,15 +200,15 @@ def train(
         jnp.full(n, -1, jnp.int32),
         jnp.full(n, -1, jnp.int32),
     )
-    treedef = jax.tree_util.tree_structure(state)
     rows_done, step = 0, 0
     if resume:
-        leaves, step, rows_done = store.load_checkpoint()
+        if store is None:
+            raise ValueError("resume needs a run store")
+        state, step, rows_done = store.load_checkpoint(like=state)
         store.truncate(rows_done)
-        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
         if step >= schedule.steps:  # the run was already complete
             return TrainResult(xr.Dataset(), 0.0, 0.0)
-    pieces = []
+    pieces: list[xr.Dataset] = []
     if step == 0:
         first = _to_dataset(
             problem,
@@ -197,7 +222,7 @@ def train(
         if store is not None:
             store.append(first, rows_per_chunk=schedule.chunk // schedule.log_every)
             rows_done = 1
-            store.save_checkpoint([np.asarray(x) for x in jax.tree_util.tree_leaves(state)], 0, 1)
+            store.save_checkpoint(state, 0, 1)
 
     t0 = time.perf_counter()
     program = _chunk_program(problem, optimizer, schedule).lower(state).compile()
@@ -234,9 +259,7 @@ def train(
                 if store is not None:
                     store.append(chunk_ds)
                     rows_done += len(steps)
-                    store.save_checkpoint(
-                        [np.asarray(x) for x in jax.tree_util.tree_leaves(state)], step, rows_done
-                    )
+                    store.save_checkpoint(state, step, rows_done)
                 bar.update(schedule.chunk)
                 shown = next((k for k in rows if "loss" in k and rows[k].ndim == 2), None)
                 if shown is not None:

@@ -1,10 +1,15 @@
-"""Theory checks and ODEs run in float64 (ARCHITECTURE §4)."""
+"""Process settings of the test suite, made here rather than by importing a package
+(ARCHITECTURE §4): float64 for theory checks and ODEs, a non-interactive matplotlib."""
 
 import os
 
 import jax
+import matplotlib
 
-jax.config.update("jax_enable_x64", True)
+from simulate.runtime import use_float64
+
+use_float64()
+matplotlib.use("Agg")
 
 # A local Ray instance started by the sweep tests binds to loopback only (Ray's single-machine
 # mode must be chosen before Ray is imported).

@@ -1,15 +1,12 @@
-"""Behaviour of the stagewise command line: listing, derivation, bad input, the incremental-ode figure."""
+"""Behaviour of the stagewise command line: every command and choice answers --help, listing,
+derivation, bad input as one line."""
 
-import json
 import re
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from figures.cli import main
-from simulate.store import load
 from theory.incremental.heads import HeadSetting, HeadSystem
 
 SPEC_README = Path(__file__).resolve().parents[2] / "shared" / "papers" / "README.md"
@@ -19,6 +16,11 @@ SPEC_README = Path(__file__).resolve().parents[2] / "shared" / "papers" / "READM
     "argv,field",
     [
         (["figure", "no-such-figure"], "figure"),
+        (["compare", "no-such-comparison"], "comparison"),
+        (["run"], "experiment"),
+        (["figure", "incremental-ode", "--no-such-flag"], "arguments"),
+        (["figure", "incremental-ode", "--metric", "euclid"], "metric"),
+        (["figure", "incremental-ode", "--m", "two"], "m"),
         (["figure", "incremental-ode", "--eps", "-1"], "eps"),
         (["figure", "incremental-ode", "--blocks", "30", "20"], "blocks"),
         (["figure", "incremental-ode", "--importances", "1", "0", "1"], "importances"),
@@ -37,9 +39,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, field, capsys):
 def test_list_names_every_figure_of_the_specs(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    listed = {
-        line.split()[0] for line in out.splitlines() if line and not line.startswith("derive")
-    }
+    listed = {line.split()[1] for line in out.splitlines() if line.startswith("figure ")}
     if SPEC_README.exists():
         ids = set(re.findall(r"`([a-z]+(?:-[a-z]+)+)`", SPEC_README.read_text()))
         ids = {
@@ -66,73 +66,54 @@ def test_derive_latex(capsys):
     assert r"\alpha" in capsys.readouterr().out
 
 
-def test_incremental_ode_quick_figure(tmp_path, capsys, monkeypatch):
-    start = time.perf_counter()
-    assert main(["figure", "incremental-ode", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
-    elapsed = time.perf_counter() - start
-    run_dir = tmp_path / "incremental-ode"
-    for name in ("incremental-ode.png", "incremental-ode.pdf", "summary.json"):
-        assert (run_dir / name).stat().st_size > 0
-    summary = json.loads((run_dir / "summary.json").read_text())
-    stages = summary["stages"]
-    assert len(stages) >= 3
-    derived = summary["plateau_levels_derived"]
-    for st in stages[:-1]:  # the last level is approached algebraically (loss -> 0)
-        assert st["plateau_measured"] == pytest.approx(st["plateau_derived"], abs=1e-2)
-        assert st["plateau_derived"] == pytest.approx(derived[st["stage"]])
-    assert stages[-1]["plateau_measured"] < 1e-3
-    for st in stages:
-        assert st["measured_over_predicted"] == pytest.approx(
-            st["measured_time"] / st["predicted_time"]
-        )
-    stall = summary["stall_eps0"]
-    assert stall["final_loss"] == pytest.approx(derived[1], rel=1e-3)
-    assert stall["loss_crossings"][1:] == ["nan", "nan"]
-    assert elapsed < 60
+def _help_lines() -> list[list[str]]:
+    from figures.cli import commands
 
-    # the figure is drawn from the stored run: re-plotting reads it and recomputes nothing
-    data, config = load(run_dir)
-    assert config["experiment"] == "incremental-ode"
-    np.testing.assert_array_equal(data["plateau_level"].values, derived)
-    (run_dir / "incremental-ode.png").unlink()
-    import figures.incremental.ode as module
+    cli = commands()
+    lines = [["--help"]]
+    for group, names in cli.choices.items():
+        if group == "stagewise":
+            lines += [[name, "--help"] for name in names]
+        else:
+            lines += [[group, name, "--help"] for name in names]
+    return lines
 
-    monkeypatch.setattr(module, "compute", lambda cfg: pytest.fail("replot recomputed"))
-    assert main(["figure", "incremental-ode", "--replot", "--out", str(tmp_path)]) == 0
-    assert (run_dir / "incremental-ode.png").stat().st_size > 0
-    assert json.loads((run_dir / "summary.json").read_text()) == summary
+
+def test_every_command_and_choice_answers_help(capsys):
+    """``--help`` on the top level, every command, and every figure, comparison, experiment (run
+    and sweep) and derivation: the help text and exit code 0."""
+    lines = _help_lines()
+    assert len(lines) > 50
+    for argv in lines:
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code in (0, None), argv
+        out = capsys.readouterr().out
+        assert "usage: stagewise" in out and "--help" in out, argv
+
+
+def test_top_level_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("list", "figure", "compare", "run", "sweep", "derive"):
+        assert f"• {command} " in out
+
+
+def test_list_shows_figures_comparisons_experiments_and_derivations(capsys):
+    from figures.derive import SYSTEMS
+    from figures.registry import all_figures, comparisons
+    from simulate.experiments import EXPERIMENTS
+
+    assert main(["list"]) == 0
+    rows = {tuple(line.split()[:2]) for line in capsys.readouterr().out.splitlines()}
+    assert {("figure", f) for f in all_figures()} <= rows
+    assert {("compare", c) for c in comparisons()} == {r for r in rows if r[0] == "compare"}
+    assert {("experiment", e) for e in EXPERIMENTS} <= rows
+    assert {("derive", s) for s in SYSTEMS} <= rows
+    assert {"incremental", "focus-dilution"} <= set(comparisons())
 
 
 def test_replot_needs_a_stored_run(tmp_path, capsys):
     assert main(["figure", "incremental-ode", "--replot", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("stagewise: error: replot = ")
-
-
-@pytest.mark.slow
-def test_incremental_timing_quick_figure(tmp_path):
-    assert main(["figure", "incremental-timing", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
-    summary = json.loads((tmp_path / "incremental-timing" / "summary.json").read_text())
-    assert {r["metric"] for r in summary["rows"]} == {"replicator", "logit"}
-    assert all(r["measured"] != "nan" for r in summary["rows"] if r["stage"] <= 2)
-
-
-@pytest.mark.slow
-def test_incremental_head_dynamics_quick_figure(tmp_path):
-    assert (
-        main(["figure", "incremental-head-dynamics", "--quick", "--quiet", "--out", str(tmp_path)])
-        == 0
-    )
-    run_dir = tmp_path / "incremental-head-dynamics"
-    data, _ = load(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert np.isfinite(summary["heads_split_step"]) and summary["steps_per_ode_time"] > 0
-    assert data["block_mass"].dims == ("step", "head", "block")
-    assert (run_dir / "incremental-head-dynamics.png").stat().st_size > 0
-
-
-def test_ode_heads_are_matched_to_the_trained_heads():
-    from figures.incremental.head_dynamics import _match_heads
-
-    trained = np.array([[0.1, 0.9, 0.0], [0.9, 0.1, 0.0], [0.2, 0.0, 0.8]])
-    ode = trained[[2, 0, 1]]
-    assert [int(i) for i in _match_heads(trained, ode)] == [1, 2, 0]

@@ -1,4 +1,5 @@
-"""Tests of theory.gradient_flow: spectrum classification, escape time and the symbolic GradientFlow."""
+"""Tests of theory.gradient_flow: spectrum classification, escape time and the symbolic
+GradientFlow."""
 
 import math
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from simulate.store import load
+from simulate.store import load, read_summary
 
 ARGS = ["--steps", "120000", "--chunk", "2000", "--log-every", "200", "--seeds", "2", "--quiet"]
 
@@ -55,7 +55,7 @@ def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(tmp
     assert proc.returncode == 128 + signum
     assert err.strip().splitlines()[-1].startswith(f"stagewise: interrupted by {signum.name}")
     partial, config = load(cut)
-    summary = json.loads((cut / "summary.json").read_text())
+    summary = read_summary(cut)
     assert summary["status"] == "interrupted"
     steps = partial["step"].values
     assert 0 < steps[-1] < 120000 and steps[-1] == summary["steps_logged"]
@@ -71,7 +71,7 @@ def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(tmp
     assert a.sizes == b.sizes
     for v in b.data_vars:
         np.testing.assert_array_equal(a[v].values, b[v].values)
-    assert json.loads((cut / "summary.json").read_text())["status"] == "complete"
+    assert read_summary(cut)["status"] == "complete"
 
 
 BAD = [
@@ -90,7 +90,7 @@ BAD = [
     (["run", "heads-gd", "--heads", "0"], "heads"),
     (["run", "heads-gd", "--blocks", "30", "30"], "blocks"),
     (["run", "heads-gd", "--window", "1"], "window"),
-    (["run", "heads-gd", "--steps", "many"], "arguments"),
+    (["run", "heads-gd", "--steps", "many"], "steps"),
     (["run", "heads-gd", "--no-such-flag", "1"], "arguments"),
     (["run", "heads-gd", "--resume", "/nonexistent/run"], "resume"),
     (["run", "no-such-experiment"], "experiment"),
@@ -114,9 +114,7 @@ def test_persistent_compilation_cache_is_used_by_a_second_call(tmp_path):
     for name in ("first", "second"):
         proc = _cli([*small, "--out", str(tmp_path / name)], env)
         assert proc.wait(timeout=300) == 0
-        seconds.append(
-            json.loads((tmp_path / name / "summary.json").read_text())["compile_seconds"]
-        )
+        seconds.append(read_summary(tmp_path / name)["compile_seconds"])
     assert any(cache.rglob("*"))
     assert seconds[1] < 0.5 * seconds[0]
 
@@ -143,7 +141,7 @@ def test_run_prints_the_success_count_of_the_summary(tmp_path, capsys):
         )
         == 0
     )
-    flags = json.loads((out / "summary.json").read_text())["success_per_seed"]
+    flags = read_summary(out)["success_per_seed"]
     assert f"success: {sum(flags)}/2 seeds (final test accuracy > 0.98)" in capsys.readouterr().out
 
 

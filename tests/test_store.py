@@ -1,12 +1,12 @@
 """The run store: config/trajectory/checkpoint layout, load, truncation on resume."""
 
-import json
-
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
 
-from simulate.store import RunStore, git_revision, load, versions
+from simulate.store import RunStore, git_revision, load, read_summary, versions
 
 
 def _chunk(steps, seeds=(0, 1)):
@@ -19,7 +19,7 @@ def _chunk(steps, seeds=(0, 1)):
 
 def test_create_append_load(tmp_path):
     store = RunStore(tmp_path / "run")
-    store.create("demo", {"lr": 0.1}, {"seed_ids": [0, 1]})
+    store.create("demo", {"lr": 0.1}, {"seed_ids": [0, 1]}, output={"out": store.path})
     store.append(_chunk([0]))
     store.append(_chunk([10, 20]))
     ds, config = load(store.path)
@@ -27,6 +27,7 @@ def test_create_append_load(tmp_path):
     np.testing.assert_array_equal(ds["loss"].values, _chunk([0, 10, 20])["loss"].values)
     assert config["experiment"] == "demo" and config["config"] == {"lr": 0.1}
     assert config["seeds"] == {"seed_ids": [0, 1]}
+    assert config["output"] == {"out": str(store.path)}
     assert set(config["versions"]) >= {"python", "jax", "jaxlib", "diffrax", "sympy", "numpy"}
     assert config["versions"] == versions()
     assert "command" in config and "git_revision" in config
@@ -36,17 +37,61 @@ def test_checkpoint_roundtrip_and_truncate(tmp_path):
     store = RunStore(tmp_path / "run")
     store.create("demo", {}, {})
     store.append(_chunk([0, 10]))
-    leaves = [np.arange(3.0), np.array([7], np.uint32), np.array(2.5)]
-    store.save_checkpoint(leaves, step=10, rows=2)
+    state = {
+        "params": (np.arange(3.0), jnp.asarray([[1.5, -2.0]])),
+        "key": np.array([7, 9], np.uint32),
+        "step": jnp.asarray(2, jnp.int32),
+        "scale": np.array(2.5),
+    }
+    store.save_checkpoint(state, step=10, rows=2)
+    assert sorted(p.name for p in store.checkpoint_path.iterdir()) == ["meta.json", "state.eqx"]
     store.append(_chunk([20]))  # a chunk logged after the last checkpoint (crash before it)
-    got, step, rows = store.load_checkpoint()
+    got, step, rows = store.load_checkpoint(like=state)
     assert (step, rows) == (10, 2)
-    for a, b in zip(got, leaves):
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(state)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(state)):
+        assert type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()  # bit for bit
+    # without a template: every leaf in tree order, as numpy arrays
+    leaves, step, rows = store.load_checkpoint()
+    assert (step, rows) == (10, 2)
+    want = jax.tree_util.tree_leaves(state)
+    assert len(leaves) == len(want)
+    for a, b in zip(leaves, want):
+        assert isinstance(a, np.ndarray) and a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
-        assert a.dtype == b.dtype
     store.truncate(rows)
     assert store.rows() == 2
     assert not (store.path / "checkpoint.tmp").exists()
+
+
+def test_checkpoint_is_checked_against_the_template(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.create("demo", {}, {})
+    state = (np.zeros(3), np.zeros(2, np.int32))
+    store.save_checkpoint(state, step=5, rows=1)
+    with pytest.raises(RuntimeError, match="shape"):
+        store.load_checkpoint(like=(np.zeros(4), np.zeros(2, np.int32)))
+    with pytest.raises(RuntimeError, match="dtype"):
+        store.load_checkpoint(like=(np.zeros(3), np.zeros(2, np.int64)))
+    with pytest.raises(ValueError, match="more leaves"):
+        store.load_checkpoint(like=(np.zeros(3),))
+    shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    got, _, _ = store.load_checkpoint(like=shapes)
+    assert all(isinstance(x, jax.Array) for x in got)
+
+
+def test_checkpoint_interrupted_between_the_renames(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.create("demo", {}, {})
+    store.save_checkpoint([np.arange(2.0)], step=1, rows=1)
+    store.save_checkpoint([np.arange(2.0) + 1], step=2, rows=2)
+    assert not (store.path / "checkpoint.old").exists()
+    # the state an interruption after "checkpoint -> checkpoint.old" leaves behind
+    (store.path / "checkpoint").rename(store.path / "checkpoint.old")
+    got, step, rows = store.load_checkpoint(like=[np.zeros(2)])
+    assert (step, rows) == (2, 2)
+    np.testing.assert_array_equal(got[0], [1.0, 2.0])
 
 
 def test_recreate_clears_a_previous_run(tmp_path):
@@ -54,7 +99,7 @@ def test_recreate_clears_a_previous_run(tmp_path):
     store.create("demo", {}, {})
     store.append(_chunk([0, 10]))
     store.write_summary({"status": "complete", "x": float("nan")})
-    assert json.loads((store.path / "summary.json").read_text())["x"] == "nan"
+    assert read_summary(store.path)["x"] == "nan"
     store.create("demo", {}, {})
     assert store.rows() == 0 and not (store.path / "summary.json").exists()
 

@@ -1,5 +1,5 @@
 """``stagewise sweep``: grid parsing, merging seeds x grid points into one Dataset, the local and
-Ray executors, the aggregate figure and the CLI entry."""
+Ray executors, the aggregate figure and the command line (``stagewise sweep EXPERIMENT``)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,19 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from figures.cli import main
 from figures.core.sweep_plot import aggregate_figure, seed_statistics, write_sweep_figure
-from figures.sweep_cli import sweep_main
 from simulate.experiments import EXPERIMENTS
+from simulate.runner import RunOutput
 from simulate.store import load
-from simulate.sweep import grid_points, load_sweep, merge_runs, parse_grid, run_sweep
+from simulate.sweep import (
+    grid_points,
+    load_sweep,
+    merge_runs,
+    parse_grid,
+    point_configs,
+    run_sweep,
+)
 from theory.validation import ConfigError
 
 HEADS = EXPERIMENTS["heads-gd"]
@@ -126,6 +134,17 @@ def test_grid_points_is_the_cartesian_product_in_grid_order():
     assert grid_points({"a": [1]}) == [{"a": 1}]
 
 
+def test_point_configs_give_each_point_its_config_and_its_own_output(tmp_path):
+    base = HEADS.config(**TINY_KW, seeds=2)
+    runs = point_configs(base, {"m": [1.5, 2.0], "lr": [0.01]}, tmp_path)
+    assert [(cfg.m, cfg.lr) for cfg, _ in runs] == [(1.5, 0.01), (2.0, 0.01)]
+    assert all(cfg == HEADS.config(**TINY_KW, seeds=2, m=cfg.m, lr=0.01) for cfg, _ in runs)
+    assert [output for _, output in runs] == [
+        RunOutput(out=tmp_path / f"point-{i:03d}", resume=None, quiet=True, store=True)
+        for i in range(2)
+    ]
+
+
 # --- merge and figure (synthetic data, no JAX) ------------------------------------------------
 
 
@@ -202,6 +221,7 @@ def _check_sweep(ds: xr.Dataset, out: Path, grid: dict, seeds: int, executor: st
     for k in keys:
         assert ds[k].values.tolist() == grid[k]
     assert ds.sizes["seed"] == seeds
+    assert ds["loss"].dtype == np.float64  # each worker switched itself to float64
     record = json.loads((out / "sweep.json").read_text())
     assert record["executor"] == executor and record["grid"] == grid
     assert record["timing_s"]["total"] > 0
@@ -223,8 +243,9 @@ def _check_sweep(ds: xr.Dataset, out: Path, grid: dict, seeds: int, executor: st
 
 def test_cli_sweep_local_executor(tmp_path, capsys):
     out = tmp_path / "sweep"
-    rc = sweep_main(
+    rc = main(
         [
+            "sweep",
             "heads-gd",
             "--grid",
             "m=1.5,2.0",
@@ -322,10 +343,15 @@ def test_invalid_grid_point_fails_before_anything_runs(tmp_path):
 # --- CLI errors -------------------------------------------------------------------------------
 
 
-def test_cli_bad_grid_key_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError) as err:
-        sweep_main(["heads-gd", "--grid", "bogus=1,2", "--out", str(tmp_path), *TINY])
-    assert err.value.field == "grid"
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stagewise: error: ")
+    return err[0].removeprefix("stagewise: error: ")
+
+
+def test_cli_bad_grid_key_is_a_config_error(tmp_path, capsys):
+    assert main(["sweep", "heads-gd", "--grid", "bogus=1,2", "--out", str(tmp_path), *TINY]) == 2
+    assert _one_line_error(capsys).startswith("grid = 'bogus=1,2': ")
     assert not any(tmp_path.iterdir())
 
 
@@ -335,20 +361,18 @@ def test_cli_bad_grid_key_is_a_config_error(tmp_path):
         (["--seeds", "2"], "grid"),  # --grid missing
         (["--grid", "m=1.5", "--executor", "dask"], "executor"),
         (["--grid", "m=1.5", "--workers", "0"], "workers"),
-        (["--grid", "m=1.5", "--workers", "two"], "sweep"),  # argparse's own complaint
+        (["--grid", "m=1.5", "--workers", "two"], "workers"),  # not an integer: the parser's
         (["--grid", "m=1.5,-2"], "m"),  # invalid point
     ],
 )
-def test_cli_bad_options_are_config_errors(tmp_path, args, field):
-    with pytest.raises(ConfigError) as err:
-        sweep_main(["heads-gd", *args, "--out", str(tmp_path), *TINY])
-    assert err.value.field == field
+def test_cli_bad_options_are_config_errors(tmp_path, capsys, args, field):
+    assert main(["sweep", "heads-gd", *args, "--out", str(tmp_path), *TINY]) == 2
+    assert _one_line_error(capsys).startswith(f"{field} = ")
+    assert not any(tmp_path.iterdir())
 
 
 def test_cli_unknown_experiment(capsys):
-    assert sweep_main(["no-such-experiment", "--grid", "m=1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    expected = "stagewise: error: experiment = 'no-such-experiment': one of " + ", ".join(
-        EXPERIMENTS
-    )
-    assert err == [expected]
+    assert main(["sweep", "no-such-experiment", "--grid", "m=1"]) == 2
+    line = _one_line_error(capsys)
+    assert "'no-such-experiment'" in line
+    assert all(name in line for name in EXPERIMENTS)  # the experiments it could have been

@@ -1,16 +1,14 @@
 """The chunked trainer through the run store: determinism, resume, divergence, failures,
 progress, and the heads-gd experiment's stage summary."""
 
-import dataclasses
-import json
-
 import jax
 import numpy as np
 import optax
 import pytest
 
 from simulate.incremental.head_training import HeadTrainConfig, problem, run
-from simulate.store import RunStore, load
+from simulate.runner import RunOutput
+from simulate.store import RunStore, load, read_summary
 from simulate.train import seed_streams
 
 SMALL = {
@@ -23,20 +21,24 @@ SMALL = {
     "chunk": 200,
     "log_every": 50,
     "seeds": 2,
-    "quiet": True,
 }
 
 
-def cfg_(tmp_path, name, **kw):
-    return HeadTrainConfig(**{**SMALL, "out": tmp_path / name, **kw})
+def cfg_(**kw):
+    return HeadTrainConfig(**{**SMALL, **kw})
+
+
+def out_(tmp_path, name, **kw):
+    """A quiet run into ``tmp_path / name``."""
+    return RunOutput(**{"out": tmp_path / name, "quiet": True, **kw})
 
 
 def test_two_runs_with_one_seed_are_identical(tmp_path):
-    a, _ = load(run(cfg_(tmp_path, "a", seeds=1)))
-    b, _ = load(run(cfg_(tmp_path, "b", seeds=1)))
+    a, _ = load(run(cfg_(seeds=1), out_(tmp_path, "a")))
+    b, _ = load(run(cfg_(seeds=1), out_(tmp_path, "b")))
     for v in a.data_vars:
         np.testing.assert_array_equal(a[v].values, b[v].values)
-    c, _ = load(run(cfg_(tmp_path, "c", seeds=1, seed=1)))
+    c, _ = load(run(cfg_(seeds=1, seed=1), out_(tmp_path, "c")))
     assert not np.array_equal(a["value"].values, c["value"].values)
 
 
@@ -44,14 +46,17 @@ def test_seed_streams_are_separate_and_recorded(tmp_path):
     streams = seed_streams([0, 1])
     flat = [np.asarray(streams[k][i]).tobytes() for k in streams for i in range(2)]
     assert len(set(flat)) == len(flat)
-    path = run(cfg_(tmp_path, "s"))
-    config = json.loads((path / "config.json").read_text())
+    path = run(cfg_(), out_(tmp_path, "s"))
+    config = RunStore(path).config()
     assert config["seeds"]["seed_ids"] == [0, 1]
     assert set(config["seeds"]["streams"]) == {"init", "noise", "data"}
+    # the experiment's config and where it was written are stored apart
+    assert "out" not in config["config"] and config["config"]["lr"] == SMALL["lr"]
+    assert config["output"]["out"] == str(tmp_path / "s") and config["output"]["quiet"] is True
 
 
 def test_trajectory_has_named_dims_and_a_row_every_log_every(tmp_path):
-    ds, config = load(run(cfg_(tmp_path, "d")))
+    ds, config = load(run(cfg_(), out_(tmp_path, "d")))
     assert ds["block_mass"].dims == ("seed", "step", "head", "block")
     np.testing.assert_array_equal(ds["step"].values, np.arange(0, 601, 50))
     assert config["config"]["lr"] == SMALL["lr"]
@@ -59,41 +64,45 @@ def test_trajectory_has_named_dims_and_a_row_every_log_every(tmp_path):
 
 
 def test_resume_after_a_crash_between_append_and_checkpoint(tmp_path, monkeypatch):
-    full, _ = load(run(cfg_(tmp_path, "full")))
+    full, _ = load(run(cfg_(), out_(tmp_path, "full")))
     calls = {"n": 0}
     original = RunStore.save_checkpoint
 
-    def flaky(self, leaves, step, rows):
+    def flaky(self, state, step, rows):
         calls["n"] += 1
         if calls["n"] == 3:  # the chunk ending at step 400 was appended, its checkpoint is lost
             raise OSError("disk went away")
-        return original(self, leaves, step, rows)
+        return original(self, state, step, rows)
 
     monkeypatch.setattr(RunStore, "save_checkpoint", flaky)
     with pytest.raises(OSError):
-        run(cfg_(tmp_path, "crash"))
+        run(cfg_(), out_(tmp_path, "crash"))
     monkeypatch.setattr(RunStore, "save_checkpoint", original)
     crashed, _ = load(tmp_path / "crash")  # readable after the exception
     assert crashed.sizes["step"] == 9  # rows 0..400: the failed chunk's rows are on disk
     _, step, rows = RunStore(tmp_path / "crash").load_checkpoint()
     assert (step, rows) == (200, 5)
-    summary = json.loads((tmp_path / "crash" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "crash")
     assert summary["status"] == "failed"
-    resumed = HeadTrainConfig(**{**SMALL, "out": tmp_path / "crash", "resume": tmp_path / "crash"})
-    ds, _ = load(run(resumed))
+    ds, _ = load(run(cfg_(), out_(tmp_path, "crash", resume=tmp_path / "crash")))
     for v in full.data_vars:
         np.testing.assert_array_equal(ds[v].values, full[v].values)
+    # the resumed run's final state is the uninterrupted run's, bit for bit
+    done, step, _ = RunStore(tmp_path / "crash").load_checkpoint()
+    want, want_step, _ = RunStore(tmp_path / "full").load_checkpoint()
+    assert step == want_step == SMALL["steps"] and len(done) == len(want)
+    for a, b in zip(done, want):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
 def test_resuming_a_complete_run_changes_nothing(tmp_path):
-    path = run(cfg_(tmp_path, "done"))
+    path = run(cfg_(), out_(tmp_path, "done"))
     before, _ = load(path)
-    again = HeadTrainConfig(**{**SMALL, "out": path, "resume": path})
-    assert run(again) == path
+    assert run(cfg_(), out_(tmp_path, "done", resume=path)) == path
     after, _ = load(path)
     for v in before.data_vars:
         np.testing.assert_array_equal(before[v].values, after[v].values)
-    assert json.loads((path / "summary.json").read_text())["status"] == "complete"
+    assert read_summary(path)["status"] == "complete"
 
 
 def _first_nonfinite_step(cfg):
@@ -118,22 +127,23 @@ def _first_nonfinite_step(cfg):
 def test_divergence_stops_at_the_first_nonfinite_step_and_keeps_the_data(tmp_path):
     from simulate.train import DivergenceError
 
-    cfg = cfg_(tmp_path, "div", metric="logit", lr=50.0, steps=400, chunk=50, log_every=10)
+    cfg = cfg_(metric="logit", lr=50.0, steps=400, chunk=50, log_every=10)
+    output = out_(tmp_path, "div")
     expected = _first_nonfinite_step(cfg)
     assert expected is not None and cfg.chunk < expected < cfg.steps  # in a later chunk
     with pytest.raises(DivergenceError) as info:
-        run(cfg)
+        run(cfg, output)
     assert info.value.step == expected and info.value.quantity == "loss"
-    ds, _ = load(cfg.out)
+    ds, _ = load(output.out)
     assert ds["step"].values[-1] < expected
     assert ds["step"].values[-1] >= expected - cfg.log_every
     assert np.all(np.isfinite(ds["loss"].values))
-    summary = json.loads((cfg.out / "summary.json").read_text())
+    summary = read_summary(output.out)
     assert summary["status"] == "diverged" and str(expected) in summary["error"]
 
 
 def test_progress_bar_shows_steps_and_loss(tmp_path, capsys):
-    run(dataclasses.replace(cfg_(tmp_path, "p"), quiet=False))
+    run(cfg_(), out_(tmp_path, "p", quiet=False))
     err = capsys.readouterr().err
     assert "600/600" in err and "loss=" in err
 
@@ -147,19 +157,17 @@ def test_stage_summary_beside_the_theory(tmp_path):
         chunk=5000,
         log_every=100,
         seeds=2,
-        quiet=True,
-        out=tmp_path / "stages",
     )
-    summary = json.loads((run(cfg) / "summary.json").read_text())
+    summary = read_summary(run(cfg, out_(tmp_path, "stages")))
     first, second = summary["stages"][:2]
     assert first["measured_over_predicted"] == pytest.approx(1.0, abs=0.05)
     assert 0.8 < second["measured_over_predicted"] < 1.25
-    ds, _ = load(cfg.out)
+    ds, _ = load(tmp_path / "stages")
     level = summary["plateau_levels_derived"][2]
     assert float(ds["loss"].isel(step=-1).mean()) == pytest.approx(level, rel=1e-2)
 
 
 def test_store_off_writes_nothing(tmp_path):
-    result = run(dataclasses.replace(cfg_(tmp_path, "none"), store=False))
+    result = run(cfg_(), out_(tmp_path, "none", store=False))
     assert not (tmp_path / "none").exists()
     assert result.dataset.sizes["step"] == SMALL["steps"] // SMALL["log_every"] + 1

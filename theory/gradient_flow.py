@@ -10,19 +10,23 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from functools import cached_property
+from typing import overload
 
 import numpy as np
 import sympy as sp
+from numpy.typing import ArrayLike
 
 
-class FixedPointKind(str, enum.Enum):
+class FixedPointKind(enum.StrEnum):
+    """Kind of a fixed point, from the signs of the real parts of its spectrum."""
+
     SINK = "sink"
     SOURCE = "source"
     SADDLE = "saddle"
     DEGENERATE = "degenerate"
 
 
-def classify_spectrum(eigenvalues, tol: float = 1e-9) -> FixedPointKind:
+def classify_spectrum(eigenvalues: ArrayLike, tol: float = 1e-9) -> FixedPointKind:
     """Hyperbolic classification; any eigenvalue with |Re| <= tol (relative) makes it degenerate."""
     re = np.real(np.asarray(eigenvalues, dtype=complex))
     scale = max(1.0, float(np.max(np.abs(re)))) if re.size else 1.0
@@ -35,11 +39,17 @@ def classify_spectrum(eigenvalues, tol: float = 1e-9) -> FixedPointKind:
     return FixedPointKind.SADDLE
 
 
-def escape_time(eps, rate):
+@overload
+def escape_time(eps: float, rate: float) -> float: ...
+@overload
+def escape_time(eps: sp.Expr | float, rate: sp.Expr | float) -> sp.Expr | float: ...
+
+
+def escape_time(eps: sp.Expr | float, rate: sp.Expr | float) -> sp.Expr | float:
     """Time to leave a hyperbolic saddle from distance eps along a mode of rate lambda:
-    ``ln(1/eps) / lambda``."""
-    if isinstance(eps, sp.Basic) or isinstance(rate, sp.Basic):
-        return sp.log(1 / sp.sympify(eps)) / rate
+    ``ln(1/eps) / lambda`` (exact when either argument is symbolic, else a float)."""
+    if isinstance(eps, sp.Expr) or isinstance(rate, sp.Expr):
+        return sp.log(sp.Integer(1) / sp.sympify(eps)) / rate
     return float(np.log(1.0 / eps) / rate)
 
 
@@ -65,25 +75,31 @@ class GradientFlow:
 
     @cached_property
     def gradient(self) -> sp.Matrix:
+        """``grad L``, a column over ``state``."""
         return sp.Matrix([sp.diff(self.loss, x) for x in self.state])
 
     @cached_property
     def field(self) -> sp.Matrix:
+        """The vector field ``-M grad L``."""
         g = self.gradient
         return -g if self.metric is None else -(self.metric * g)
 
     @cached_property
     def jacobian(self) -> sp.Matrix:
+        """Jacobian of the field with respect to ``state``."""
         return self.field.jacobian(sp.Matrix(self.state))
 
     def field_at(self, point: dict) -> sp.Matrix:
+        """The field at ``point`` ({symbol: value}), exactly."""
         return self.field.xreplace(point)
 
     def jacobian_at(self, point: dict) -> sp.Matrix:
+        """The Jacobian at ``point`` ({symbol: value}), exactly."""
         return self.jacobian.xreplace(point)
 
     def is_fixed_point(self, point: dict) -> bool:
-        return all(sp.simplify(c) == 0 for c in self.field_at(point))
+        """Whether every component of the field simplifies to 0 at ``point``."""
+        return all(sp.simplify(c) == 0 for c in self.field_at(point).flat())
 
     def tangent_basis(self) -> np.ndarray:
         """Orthonormal basis (columns) of the null space of the invariants."""
@@ -105,6 +121,7 @@ class GradientFlow:
         return np.linalg.eigvals(B.T @ jac @ B)
 
     def classify(self, point: dict, tol: float = 1e-9) -> FixedPointKind:
+        """Kind of the fixed point ``point`` from its tangent-space spectrum."""
         return classify_spectrum(self.spectrum_at(point), tol)
 
     def latex(self, names: dict | None = None) -> str:
@@ -113,6 +130,6 @@ class GradientFlow:
         rows = [
             rf"\dot{{{sp.latex(x, **opts)}}} &= "
             rf"{sp.latex(sp.factor_terms(f), **opts)}"
-            for x, f in zip(self.state, self.field)
+            for x, f in zip(self.state, self.field.flat())
         ]
         return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"

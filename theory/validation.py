@@ -13,5 +13,6 @@ class ConfigError(Exception):
 
 
 def require(condition: bool, field: str, value: object, allowed: str) -> None:
+    """Raise ``ConfigError(field, value, allowed)`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(field, value, allowed)

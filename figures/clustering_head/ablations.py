@@ -14,65 +14,61 @@ success flag, and the distribution of those accuracies (the seed dependence of ย
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 from matplotlib.ticker import MaxNLocator
-from scipy.stats import binomtest
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.clustering_head.training import SUCCESS_ACCURACY, ClusteringConfig
-from simulate.clustering_head.training import run as train_run
-from simulate.store import jsonable, load
-from simulate.train import DivergenceError
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.clustering_head.outcomes import (
+    AXES,
+    INTERVAL_RULE,
+    ablation_points,
+    learning_rates,
+    point_name,
+    wilson_interval,
+)
+from simulate.clustering_head.training import SUCCESS_ACCURACY, ClusteringSetting, run_or_reuse
+from simulate.store import load, read_summary
 from theory.validation import require
 
 FIGURE_ID = "clustering-head-ablations"
-PAPER = ClusteringConfig()
-"""the default point: the paper's lr, batch and FFN width m."""
-AXES = ("lr", "batch", "width")
-"""the ablated coordinates, in ClusteringConfig's names (width = m)."""
+PAPER = ClusteringSetting()
+"""the paper's setting: its lr, batch and FFN width m are the default point."""
 QUICK = {"lr_values": 3, "batches": (32, 2048), "widths": (4, 32), "seeds": 8, "epochs": 50}
 """--quick: the CPU setting (a subset of each grid, fewer seeds and epochs)."""
 
 
 @dataclass(frozen=True)
-class AblationsConfig:
+class AblationsConfig(FigureOptions):
     """One-axis ablations around the paper's default: the spec's CPU grids (a subset of the
     paper's), 32 seeds, the paper's 1000 epochs (300, the spec's CPU budget, undercounts: in 32
-    default seeds the first epoch above 0.98 ranged over 192-952)."""
+    default seeds the first epoch above 0.98 ranged over 192-952). --quick: lr 3 values, batch
+    {32, 2048}, m {4, 32}, 8 seeds, 50 epochs."""
 
+    train: Annotated[ClusteringSetting, Flat] = ClusteringSetting(
+        seeds=32, epochs=1000, epochs_per_chunk=100, hessian_iterations=0
+    )
+    """every grid point's run: the default point is its lr, batch and width m; the same seed
+    ids at every point."""
     lr_values: int = 10
-    """number of log-spaced learning rates in [lr_min, lr_max] (the default 3e-3 is added)."""
+    """number of log-spaced learning rates in [lr_min, lr_max] (the default lr is added)."""
     lr_min: float = 1e-4
     """smallest learning rate."""
     lr_max: float = 1.0
     """largest learning rate."""
     batches: tuple[int, ...] = (8, 32, 128, 2048)
-    """batch sizes in sequences (the default 32 is added; >= 2048 is full batch)."""
+    """batch sizes in sequences (the default batch is added; >= 2048 is full batch)."""
     widths: tuple[int, ...] = (4, 8, 32, 128)
-    """FFN widths m in hidden units (the default 32 is added)."""
-    seeds: int = 32
-    """training seeds per grid point, vmapped."""
-    seed: int = 0
-    """first seed id; every point uses the same seed ids."""
-    epochs: int = 1000
-    """epochs per run (ceil(2048 / batch) steps each); a multiple of 10."""
-    quick: bool = False
-    """CPU-sized: lr 3 values, batch {32, 2048}, m {4, 32}, 8 seeds, 50 epochs."""
-    out: Path = Path("runs")
-    """output directory."""
-    replot: bool = False
-    """redraw from the stored figure data; nothing is recomputed."""
-    quiet: bool = False
-    """no progress bar."""
+    """FFN widths m in hidden units (the default width is added)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         require(self.lr_values >= 1, "lr_values", self.lr_values, "an integer >= 1")
         require(
             np.isfinite(self.lr_min) and self.lr_min > 0,
@@ -98,123 +94,48 @@ class AblationsConfig:
             self.widths,
             "FFN widths >= 1",
         )
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
-        require(
-            self.epochs >= 10 and self.epochs % 10 == 0,
-            "epochs",
-            self.epochs,
-            "a multiple of 10, >= 10",
-        )
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
     def setting(self) -> AblationsConfig:
         """The configuration actually run (--quick replaces grids, seeds and epochs)."""
-        return dataclasses.replace(self, quick=False, **QUICK) if self.quick else self
+        if not self.quick:
+            return self
+        grid = {k: QUICK[k] for k in ("lr_values", "batches", "widths")}
+        epochs = QUICK["epochs"]
+        train = replace(
+            self.train, seeds=QUICK["seeds"], epochs=epochs, epochs_per_chunk=epochs // 10
+        )
+        return replace(self, quick=False, train=train, **grid)
+
+    def default_point(self) -> dict[str, float]:
+        return {"lr": self.train.lr, "batch": self.train.batch, "width": self.train.width}
 
 
-def wilson_interval(successes, trials) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score 95% interval (lo, hi) of a binomial success probability from ``successes``
-    out of ``trials`` (scipy's ``binomtest(...).proportion_ci(method="wilson")``)."""
-    bounds = [
-        binomtest(int(k), int(n)).proportion_ci(0.95, method="wilson")
-        for k, n in np.broadcast(np.asarray(successes), np.asarray(trials))
-    ]
-    shape = np.broadcast(np.asarray(successes), np.asarray(trials)).shape
-    return (
-        np.array([b.low for b in bounds]).reshape(shape),
-        np.array([b.high for b in bounds]).reshape(shape),
+def training(cfg: AblationsConfig, point: dict) -> ClusteringSetting:
+    """The run of one grid point."""
+    return replace(
+        cfg.train, lr=float(point["lr"]), batch=int(point["batch"]), width=int(point["width"])
     )
 
 
-def learning_rates(count: int, low: float, high: float) -> np.ndarray:
-    """``count`` log-spaced learning rates from ``low`` to ``high`` (``low`` alone when count = 1)."""
-    return np.geomspace(low, high, count) if count > 1 else np.array([low])
-
-
-def off_default(values, default) -> list:
-    """The sorted distinct values of one ablation axis other than the default."""
-    return [v for v in sorted(set(values)) if not np.isclose(v, default, rtol=1e-9, atol=0)]
-
-
-def ablation_points(lrs, batches, widths) -> list[dict]:
-    """Grid points as {axis, lr, batch, width}: the default first (axis 'default'), then each
-    axis's other values with the remaining coordinates at the default."""
-    default = {"lr": PAPER.lr, "batch": PAPER.batch, "width": PAPER.width}
-    points = [{"axis": "default", **default}]
-    for axis, values in zip(AXES, (lrs, batches, widths)):
-        points += [{**default, "axis": axis, axis: v} for v in off_default(values, default[axis])]
-    return points
-
-
-def point_name(point: dict) -> str:
-    """Run subdirectory of a grid point."""
-    if point["axis"] == "default":
-        return "default"
-    value = point[point["axis"]]
-    return f"{point['axis']}={value:.4g}" if point["axis"] == "lr" else f"{point['axis']}={value}"
-
-
-def training(cfg: AblationsConfig, point: dict) -> ClusteringConfig:
-    return ClusteringConfig(
-        lr=float(point["lr"]),
-        batch=int(point["batch"]),
-        width=int(point["width"]),
-        seeds=cfg.seeds,
-        seed=cfg.seed,
-        epochs=cfg.epochs,
-        epochs_per_chunk=cfg.epochs // 10,
-        hessian_iterations=0,
-        quiet=cfg.quiet,
-        out=cfg.run_dir() / point_name(point),
-    )
-
-
-def _stored_status(tcfg: ClusteringConfig) -> str | None:
-    """The status of the run of ``tcfg`` already stored in ``tcfg.out`` (None: none there, or
-    another configuration)."""
-    try:
-        stored = json.loads((tcfg.out / "config.json").read_text())["config"]
-        status = json.loads((tcfg.out / "summary.json").read_text())["status"]
-    except (OSError, KeyError, ValueError):
-        return None
-    mine = jsonable(dataclasses.asdict(tcfg))
-    same = all(stored.get(k) == v for k, v in mine.items() if k not in ("quiet", "out", "resume"))
-    return status if same else None
-
-
-def train_point(tcfg: ClusteringConfig) -> Path:
-    """Run a grid point, reusing a complete (or diverged: deterministic) stored run and resuming an
-    interrupted one; a divergence ends the point, whose stored rows are kept."""
-    status = _stored_status(tcfg)
-    if status in ("complete", "diverged"):
-        return tcfg.out
-    if status == "interrupted":
-        tcfg = dataclasses.replace(tcfg, resume=tcfg.out)
-    try:
-        train_run(tcfg)
-    except DivergenceError:
-        pass  # recorded as status 'diverged' in the point's summary.json
-    return tcfg.out
-
-
-def compute(cfg: AblationsConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: AblationsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     cfg = cfg.setting()
+    default = cfg.default_point()
     points = ablation_points(
-        learning_rates(cfg.lr_values, cfg.lr_min, cfg.lr_max), cfg.batches, cfg.widths
+        learning_rates(cfg.lr_values, cfg.lr_min, cfg.lr_max), cfg.batches, cfg.widths, default
     )
+    seeds, epochs = cfg.train.seeds, cfg.train.total_epochs
     accuracy, status, epochs_logged, seconds = [], [], [], []
+    seed_ids = np.array(cfg.train.seed_ids)
     for i, point in enumerate(points):
         tcfg = training(cfg, point)
+        output = cfg.run_output(run_dir, point_name(point))
         if not cfg.quiet:
             print(
-                f"point {i + 1}/{len(points)}: {point_name(point)} ({cfg.seeds} seeds, "
-                f"{cfg.epochs} epochs) -> {tcfg.out}"
+                f"point {i + 1}/{len(points)}: {point_name(point)} ({seeds} seeds, "
+                f"{epochs} epochs) -> {output.out}"
             )
-        ds, _ = load(train_point(tcfg))
-        run_summary = json.loads((tcfg.out / "summary.json").read_text())
+        ds, _ = load(run_or_reuse(tcfg, output))
+        run_summary = read_summary(output.out)
         accuracy.append(ds["test_accuracy"].isel(step=-1).values)
         status.append(run_summary["status"])
         epochs_logged.append(int(ds["step"].values[-1]) // tcfg.steps_per_epoch)
@@ -234,7 +155,7 @@ def compute(cfg: AblationsConfig) -> tuple[xr.Dataset, dict]:
         },
     )
     successes = success.sum(1)
-    lo, hi = wilson_interval(successes, cfg.seeds)
+    lo, hi = wilson_interval(successes, seeds)
     rows = [
         {
             "axis": p["axis"],
@@ -242,7 +163,7 @@ def compute(cfg: AblationsConfig) -> tuple[xr.Dataset, dict]:
             "batch": p["batch"],
             "width": p["width"],
             "sharpness_threshold": 2 / p["lr"],
-            "seeds": cfg.seeds,
+            "seeds": seeds,
             "successes": int(successes[i]),
             "success_rate": float(success[i].mean()),
             "success_interval_95": [float(lo[i]), float(hi[i])],
@@ -257,7 +178,7 @@ def compute(cfg: AblationsConfig) -> tuple[xr.Dataset, dict]:
     default = rows[0]
     summary = {
         "success_rule": f"final test accuracy > {SUCCESS_ACCURACY}",
-        "interval_rule": "Wilson score interval, 95% (z = 1.96), of successes / seeds",
+        "interval_rule": INTERVAL_RULE,
         "sharpness_threshold_rule": "2 / lr: the stability threshold of gradient descent on the "
         "top Hessian eigenvalue (ยง5.4); Adam's preconditioned "
         "sharpness has (2 + 2 beta1) / ((1 - beta1) lr) = 38 / lr "
@@ -265,14 +186,14 @@ def compute(cfg: AblationsConfig) -> tuple[xr.Dataset, dict]:
         "divergence_rule": "a non-finite loss or parameter in one seed ends every seed of its "
         "point there; accuracies are then those of the last logged epoch "
         "(epochs_logged) and non-finite ones count as failures",
-        "epochs": cfg.epochs,
-        "seeds": cfg.seeds,
+        "epochs": epochs,
+        "seeds": seeds,
         "seed_ids": seed_ids,
-        "default": {"lr": PAPER.lr, "batch": PAPER.batch, "width": PAPER.width},
+        "default": default,
         "points": rows,
         "default_success_rate": default["success_rate"],
         "default_success_interval_95": default["success_interval_95"],
-        "default_seeds": cfg.seeds,
+        "default_seeds": seeds,
         "default_success_per_seed": success[0],
         "default_final_test_accuracy_per_seed": accuracy[0],
     }
@@ -454,5 +375,13 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: AblationsConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="clustering-head",
+    description="success rate (Wilson 95%) and final test accuracy vs lr (with 2/lr), batch and "
+    "m, one axis at a time around the default; per-seed outcomes of the default setting",
+    config=AblationsConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

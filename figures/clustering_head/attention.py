@@ -12,68 +12,40 @@ A_k = sum_{t<=k} a_t (test mean) against the epoch, mean +- std over seeds and e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from simulate.clustering_head.task import histograms
-from simulate.clustering_head.training import SUCCESS_ACCURACY, ClusteringConfig
-from simulate.clustering_head.training import run as train_run
+from simulate.clustering_head.training import SUCCESS_ACCURACY, ClusteringSetting, run_stored
 from simulate.store import load
-from theory.validation import require
 
 FIGURE_ID = "clustering-head-attention"
 SHOWN_CLASS = 1
 """the class whose probe inputs are drawn."""
+QUICK = {"seeds": 8, "epochs": 200, "epochs_per_chunk": 20}
+"""--quick: 8 seeds, 200 epochs."""
 
 
 @dataclass(frozen=True)
-class AttentionConfig:
-    """Seeds of the clustering-head experiment (default: the paper's 1000 epochs, 16 seeds)."""
+class AttentionConfig(FigureOptions):
+    """Seeds of the clustering-head experiment (default: the paper's 1000 epochs, 16 seeds;
+    --quick: 8 seeds, 200 epochs)."""
 
-    seeds: int = 16
-    """training seeds, vmapped."""
-    seed: int = 0
-    """first seed."""
-    epochs: int = 1000
-    """epochs of 64 steps (batch 32, n = 2048)."""
-    quick: bool = False
-    """CPU-sized: 8 seeds, 200 epochs."""
-    out: Path = Path("runs")
-    """output directory."""
-    replot: bool = False
-    """redraw from the stored run; nothing is recomputed."""
-    quiet: bool = False
-    """no progress bar."""
+    train: Annotated[ClusteringSetting, Flat] = ClusteringSetting(
+        seeds=16, epochs=1000, epochs_per_chunk=100, hessian_iterations=0
+    )
+    """the training run (paper defaults: p = 2, L = 12, k = 5, Adam 3e-3, batch 32)."""
 
-    def __post_init__(self):
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
-        require(
-            self.epochs >= 10 and self.epochs % 10 == 0,
-            "epochs",
-            self.epochs,
-            "a multiple of 10, >= 10",
-        )
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
-
-    def training(self) -> ClusteringConfig:
-        seeds, epochs = (8, 200) if self.quick else (self.seeds, self.epochs)
-        return ClusteringConfig(
-            seeds=seeds,
-            seed=self.seed,
-            epochs=epochs,
-            epochs_per_chunk=epochs // 10 if epochs % 10 == 0 else epochs,
-            hessian_iterations=0,
-            quiet=self.quiet,
-            out=self.run_dir() / "training",
-        )
+    def training(self) -> ClusteringSetting:
+        return replace(self.train, **QUICK) if self.quick else self.train
 
 
 def shown_seed(final_mass: np.ndarray, success: np.ndarray) -> int:
@@ -83,9 +55,9 @@ def shown_seed(final_mass: np.ndarray, success: np.ndarray) -> int:
     return int(np.argmax(score))
 
 
-def compute(cfg: AttentionConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: AttentionConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     tcfg = cfg.training()
-    ds, _ = load(train_run(tcfg))
+    ds, _ = load(run_stored(tcfg, cfg.run_output(run_dir)))
     spe = tcfg.steps_per_epoch
     mass = ds["attention_mass"].values
     acc = ds["test_accuracy"].values
@@ -213,5 +185,13 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: AttentionConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="clustering-head",
+    description="probe attention of one class at epoch 0 and at the end; first-block attention "
+    "mass A_k over epochs, mean +- std over seeds, with A_k = 1 and k/L",
+    config=AttentionConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

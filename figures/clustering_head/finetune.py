@@ -5,38 +5,42 @@ Every seed of the clustering-head experiment (V_e = 3, paper defaults) is first 
 the fine-tuning arm continues from the final weights of the same seed id on p = 3 (``init_from``),
 the scratch arm trains the same seed ids on p = 3 from the paper's random init, for the same number
 of epochs (``pretrain_init`` and the p = 3 ``lr`` are options; --quick uses the paper's ideal init
-for p = 2 and lr 3e-2 on p = 3, see ``QUICK``; stored complete runs are reused). Drawn: (a) training loss of both arms (median over seeds thick, each seed faint, log
-scale); (b) test accuracy, with the success level 0.98; (c) the fraction of seeds that succeeded
-by each epoch (success: test accuracy > 0.98, at the final epoch for the reported rates); (d)-(e)
-for the shown seed (the first seed whose fine-tuning succeeds, else the first seed), the p = 3
-training-set sequence embeddings xi by class over the decision regions argmax_y p(y | xi) of the
-read-out, at fine-tuning epoch 0 and at the final epoch, with the centroids of the 21 first-k
-histograms (the clusters of a clustering head, binom(k + p - 1, p - 1), §5.1).
+for p = 2 and lr 3e-2 on p = 3, see ``QUICK``; stored complete runs are reused). Drawn: (a) training
+loss of both arms (median over seeds thick, each seed faint, log scale); (b) test accuracy, with the
+success level 0.98; (c) the fraction of seeds that succeeded by each epoch (success: test accuracy >
+0.98, at the final epoch for the reported rates); (d)-(e) for the shown seed (the first seed whose
+fine-tuning succeeds, else the first seed), the p = 3 training-set sequence embeddings xi by class
+over the decision regions argmax_y p(y | xi) of the read-out, at fine-tuning epoch 0 and at the
+final epoch, with the centroids of the 21 first-k histograms (the clusters of a clustering head,
+binom(k + p - 1, p - 1), §5.1).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
-from matplotlib.colors import ListedColormap
 
-from figures.clustering_head.ablations import train_point
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.core.regions import draw_regions, region_grid
 from simulate.clustering_head.model import ClusteringHead
+from simulate.clustering_head.outcomes import first_success_epoch
 from simulate.clustering_head.task import draw_data, histogram_index
 from simulate.clustering_head.training import (
     SUCCESS_ACCURACY,
     WEIGHTS,
-    ClusteringConfig,
+    ClusteringSetting,
     cluster_quality,
     model_at,
+    run_or_reuse,
 )
 from simulate.store import load
 from theory.clustering_head.symmetry import cluster_count
@@ -47,99 +51,79 @@ ARMS = ("finetune", "scratch")
 QUICK = {"seeds": 8, "pretrain_epochs": 60, "epochs": 100, "pretrain_init": "ideal", "lr": 3e-2}
 """--quick: fewer seeds and epochs; the p = 2 head from the paper's ideal init (which learns p = 2
 within tens of epochs on CPU) and lr 3e-2 on p = 3 (in the paper's lr grid [1e-4, 1])."""
+PRETRAIN_LR = ClusteringSetting().lr
+"""the p = 2 run keeps the paper's learning rate."""
 
 
 @dataclass(frozen=True)
-class FinetuneConfig:
+class FinetuneConfig(FigureOptions):
     """Pre-train on p = 2, then fine-tune on p = 3 vs p = 3 from scratch (default: the paper's
-    1000 + 1000 epochs; 16 seeds)."""
+    1000 + 1000 epochs; 16 seeds; --quick: 8 seeds, 60 (ideal init) + 100 epochs, lr 3e-2 on
+    p = 3)."""
 
-    seeds: int = 16
-    """training seeds, vmapped (the same seed ids in every arm)."""
-    seed: int = 0
-    """first seed."""
+    train: Annotated[ClusteringSetting, Flat] = ClusteringSetting(
+        modulus=3, seeds=16, epochs=1000, epochs_per_chunk=100, hessian_iterations=0
+    )
+    """the p = 3 run of each arm (same seed ids in every arm; its lr is the p = 3 Adam learning
+    rate); the p = 2 pretraining is the same with modulus 2, the paper's lr 3e-3 and
+    pretrain_init."""
     pretrain_epochs: int = 1000
     """epochs of 64 steps on p = 2 before fine-tuning (a multiple of 10)."""
     pretrain_init: Literal["random", "ideal"] = "random"
     """init of the p = 2 run: the paper's random init, or its ideal init (P[t] = (0, +-1))."""
-    lr: float = 3e-3
-    """Adam learning rate on p = 3 (the p = 2 run keeps the paper's 3e-3)."""
-    epochs: int = 1000
-    """epochs of 64 steps on p = 3, in each arm (a multiple of 10)."""
-    quick: bool = False
-    """CPU-sized: 8 seeds, 60 (ideal init) + 100 epochs, lr 3e-2 on p = 3."""
-    out: Path = Path("runs")
-    """output directory."""
-    replot: bool = False
-    """redraw from the stored run; nothing is recomputed."""
-    quiet: bool = False
-    """no progress bar."""
 
-    def __post_init__(self):
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+    def __post_init__(self) -> None:
         require(
             self.pretrain_init in ("random", "ideal"),
             "pretrain_init",
             self.pretrain_init,
             "random or ideal",
         )
-        require(np.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a learning rate > 0")
-        for name in ("pretrain_epochs", "epochs"):
-            value = getattr(self, name)
-            require(value >= 10 and value % 10 == 0, name, value, "a multiple of 10, >= 10")
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
-
-    def plan(self) -> dict:
-        return (
-            dict(QUICK)
-            if self.quick
-            else {
-                "seeds": self.seeds,
-                "pretrain_epochs": self.pretrain_epochs,
-                "epochs": self.epochs,
-                "pretrain_init": self.pretrain_init,
-                "lr": self.lr,
-            }
+        value = self.pretrain_epochs
+        require(
+            value >= 10 and value % 10 == 0, "pretrain_epochs", value, "a multiple of 10, >= 10"
         )
 
-    def pretraining(self) -> ClusteringConfig:
-        """The p = 2 run the fine-tuning arm starts from."""
-        plan = self.plan()
-        return ClusteringConfig(
-            seeds=plan["seeds"],
-            seed=self.seed,
-            epochs=plan["pretrain_epochs"],
-            epochs_per_chunk=plan["pretrain_epochs"] // 10,
-            init=plan["pretrain_init"],
+    def setting(self) -> FinetuneConfig:
+        """The configuration actually run (--quick: ``QUICK``)."""
+        if not self.quick:
+            return self
+        epochs = QUICK["epochs"]
+        train = replace(
+            self.train,
+            seeds=QUICK["seeds"],
+            epochs=epochs,
+            epochs_per_chunk=epochs // 10,
+            lr=QUICK["lr"],
+        )
+        return replace(
+            self,
+            quick=False,
+            train=train,
+            pretrain_epochs=QUICK["pretrain_epochs"],
+            pretrain_init=QUICK["pretrain_init"],
+        )
+
+    def pretraining(self) -> ClusteringSetting:
+        """The p = 2 run the fine-tuning arm starts from (of ``setting()``)."""
+        cfg = self.setting()
+        return replace(
+            cfg.train,
+            modulus=2,
+            lr=PRETRAIN_LR,
+            init=cfg.pretrain_init,
+            epochs=cfg.pretrain_epochs,
+            epochs_per_chunk=cfg.pretrain_epochs // 10,
             hessian_iterations=0,
-            quiet=self.quiet,
-            out=self.run_dir() / "pretrain",
+            preconditioned_sharpness=False,
+            init_from=None,
         )
 
-    def arm(self, name: str) -> ClusteringConfig:
-        """The p = 3 run of arm ``name`` (finetune: from the stored pretraining run)."""
-        plan = self.plan()
-        p3 = replace(
-            self.pretraining(),
-            modulus=3,
-            init="random",
-            lr=plan["lr"],
-            epochs=plan["epochs"],
-            epochs_per_chunk=plan["epochs"] // 10,
-            out=self.run_dir() / name,
-        )
-        return replace(p3, init_from=self.pretraining().out) if name == "finetune" else p3
-
-
-def first_success_epoch(accuracy, epochs, level: float = SUCCESS_ACCURACY) -> np.ndarray:
-    """Per seed (rows of ``accuracy``): the first logged epoch with accuracy > level (NaN if
-    never)."""
-    above = np.asarray(accuracy) > level
-    first = np.asarray(epochs, float)[np.argmax(above, axis=1)]
-    return np.where(above.any(axis=1), first, np.nan)
+    def arm(self, name: str, run_dir: Path) -> ClusteringSetting:
+        """The p = 3 run of arm ``name`` (finetune: from the pretraining run stored in
+        ``run_dir/pretrain``)."""
+        p3 = replace(self.setting().train, init="random", init_from=None)
+        return replace(p3, init_from=run_dir / "pretrain") if name == "finetune" else p3
 
 
 def _frame_model(data: xr.Dataset, frame: int) -> ClusteringHead:
@@ -151,10 +135,12 @@ def _per_class_recall(model: ClusteringHead, x, y, modulus: int) -> list[float]:
     return [float((pred[y == c] == c).mean()) for c in range(modulus)]
 
 
-def compute(cfg: FinetuneConfig) -> tuple[xr.Dataset, dict]:
-    stores = {"pretrain": load(train_point(cfg.pretraining()))[0]}
-    stores.update({name: load(train_point(cfg.arm(name)))[0] for name in ARMS})
-    p3 = cfg.arm("scratch")
+def compute(cfg: FinetuneConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    pre = run_or_reuse(cfg.pretraining(), cfg.run_output(run_dir, "pretrain"))
+    stores = {"pretrain": load(pre)[0]}
+    for name in ARMS:
+        stores[name] = load(run_or_reuse(cfg.arm(name, run_dir), cfg.run_output(run_dir, name)))[0]
+    p3 = cfg.arm("scratch", run_dir)
     spe = p3.steps_per_epoch
     arm_ds = [stores[a] for a in ARMS]
     epochs = arm_ds[0]["step"].values // spe
@@ -251,29 +237,10 @@ def compute(cfg: FinetuneConfig) -> tuple[xr.Dataset, dict]:
 
 
 def _regions(ax, model: ClusteringHead, xi, y, groups, classes: int, title: str) -> None:
-    lo, hi = xi.min(0) - 0.3, xi.max(0) + 0.3
-    gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], 120), np.linspace(lo[1], hi[1], 120))
-    grid = jnp.stack([gx.ravel(), gy.ravel()], 1)
-    logits = jax.vmap(lambda v: model.token @ model.ffn(v))(grid)
+    gx, gy, grid = region_grid(xi, 120, pad=0.3)
+    logits = jax.vmap(lambda v: model.token @ model.ffn(v))(jnp.asarray(grid))
     prob = np.asarray(jax.nn.softmax(logits))[:, :classes]
-    cmap = ListedColormap([f"C{c}" for c in range(classes)])
-    ax.contourf(
-        gx,
-        gy,
-        prob.argmax(1).reshape(gx.shape),
-        levels=np.arange(classes + 1) - 0.5,
-        cmap=cmap,
-        alpha=0.18,
-    )
-    cs = ax.contour(
-        gx,
-        gy,
-        prob[:, classes - 1].reshape(gx.shape),
-        levels=[0.25, 0.5, 0.75],
-        colors="k",
-        linewidths=0.7,
-    )
-    ax.clabel(cs, fontsize=6)
+    draw_regions(ax, gx, gy, prob, line=classes - 1, alpha=0.18, linewidth=0.7)
     for c in range(classes):
         ax.scatter(*xi[y == c].T, s=4, c=f"C{c}", label=f"class {c}")
     centroids = np.stack([xi[groups == g].mean(0) for g in np.unique(groups)])
@@ -409,5 +376,13 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: FinetuneConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="clustering-head",
+    description="curriculum p = 2 -> p = 3 vs p = 3 from scratch: loss, accuracy and success "
+    "rates of both arms, decision regions and the 21 histogram clusters at fine-tuning start/end",
+    config=FinetuneConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

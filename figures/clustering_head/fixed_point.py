@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.clustering_head.training import ClusteringConfig
-from simulate.clustering_head.training import run as train_run
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.clustering_head.training import ClusteringSetting, run_stored
 from simulate.store import load
 from theory.clustering_head.symmetry import STATIONARITY
 from theory.validation import require
@@ -29,59 +31,38 @@ FIGURE_ID = "clustering-head-fixed-point"
 RUNS = ("population", "train-full-batch", "minibatch")
 ROUNDOFF = 1e-10
 """a defect below this (float64, P of order 1) counts as "on S to round-off"."""
+QUICK_STEPS = 300
+"""--quick: 300 steps."""
 
 
 @dataclass(frozen=True)
-class FixedPointConfig:
-    """Ideal-init Adam runs (spec: seed 0, full-batch Adam, 2000 steps, float64)."""
+class FixedPointConfig(FigureOptions):
+    """Ideal-init Adam runs (spec: seed 0, full-batch Adam, 2000 steps, float64; --quick: 300
+    steps)."""
 
+    train: Annotated[ClusteringSetting, Flat] = ClusteringSetting(
+        init="ideal", seeds=1, precision="float64", hessian_iterations=0
+    )
+    """the runs' common setting (float64 everywhere, so that what separates (i) from (ii)-(iii)
+    is the sampling, not float32 round-off); epochs and data are set per run."""
     steps: int = 2000
     """optimizer steps of the full-batch runs (i)-(ii); run (iii) covers at least as many steps
     in whole epochs of ceil(n / 32) steps."""
-    lr: float = 3e-3
-    """Adam learning rate."""
-    seed: int = 0
-    """initialisation seed (E, q, V, FFN)."""
-    quick: bool = False
-    """CPU-sized: 300 steps."""
-    out: Path = Path("runs")
-    """output directory."""
-    replot: bool = False
-    """redraw from the stored run; nothing is recomputed."""
-    quiet: bool = False
-    """no progress bar."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         require(
             self.steps >= 10 and self.steps % 10 == 0,
             "steps",
             self.steps,
             "a multiple of 10, >= 10",
         )
-        require(np.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a learning rate > 0")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
 
     @property
     def total_steps(self) -> int:
-        return 300 if self.quick else self.steps
+        return QUICK_STEPS if self.quick else self.steps
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
-
-    def configs(self) -> dict[str, ClusteringConfig]:
-        # float64 everywhere, so that what separates (i) from (ii)-(iii) is the sampling, not
-        # float32 round-off
-        base = ClusteringConfig(
-            init="ideal",
-            lr=self.lr,
-            seed=self.seed,
-            seeds=1,
-            precision="float64",
-            hessian_iterations=0,
-            quiet=self.quiet,
-            epochs=self.total_steps,
-            epochs_per_chunk=self.total_steps // 10,
-        )
+    def configs(self) -> dict[str, ClusteringSetting]:
+        base = replace(self.train, epochs=self.total_steps, epochs_per_chunk=self.total_steps // 10)
         spe = base.train_size // 32 + (base.train_size % 32 > 0)
         epochs = -(-self.total_steps // spe)
         return {
@@ -91,10 +72,10 @@ class FixedPointConfig:
         }
 
 
-def compute(cfg: FixedPointConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: FixedPointConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pieces, rows = [], []
     for name, rcfg in cfg.configs().items():
-        path = train_run(replace(rcfg, out=cfg.run_dir() / name))
+        path = run_stored(rcfg, cfg.run_output(run_dir, name))
         ds, _ = load(path)
         ds = ds[["symmetry_defect", "objective_loss", "attention_mass", "test_accuracy"]].isel(
             seed=0, drop=True
@@ -197,5 +178,13 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: FixedPointConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="clustering-head",
+    description="symmetry defect of P from the ideal init: population full batch stays on the "
+    "symmetric subspace, train-set and minibatch runs leave it; loss and A_k",
+    config=FixedPointConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

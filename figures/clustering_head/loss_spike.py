@@ -2,84 +2,61 @@
 clustering_head.md §7 clustering-head-loss-spike, §5.4).
 
 Every seed (V_e = 3, paper defaults) is trained on p = 2 and then fine-tuned on p = 3 from its final
-weights, logging once per epoch the training loss, the full training-set gradient norm, min_x ||xi||,
-the top Hessian eigenvalue lambda_1(H) (raw sharpness, GD threshold 2 / lr) and Adam's
-preconditioned sharpness lambda_1(P^{-1} H) (threshold 38 / lr); --quick pre-trains from the
-paper's ideal init and fine-tunes at lr 3e-2 (``QUICK``); stored complete runs are reused. Spikes
-are detected by the rule of ``simulate.measure.spikes`` (loss(e) > factor x loss(e - 1)), and for
-every spike of every seed the coincidences at / just before it are counted: a min ||xi|| dip, a
-sharpness jump, a gradient-norm burst; the same rules applied to every non-spike epoch of the seeds
-with a spike give the base rates.
+weights, logging once per epoch the training loss, the full training-set gradient norm, min_x
+||xi||, the top Hessian eigenvalue lambda_1(H) (raw sharpness, GD threshold 2 / lr) and Adam's
+preconditioned sharpness lambda_1(P^{-1} H) (threshold 38 / lr); --quick pre-trains from the paper's
+ideal init and fine-tunes at lr 3e-2 (``QUICK``); stored complete runs are reused. Spikes are
+detected by the rule of ``simulate.measure.spikes`` (loss(e) > factor x loss(e - 1)), and for every
+spike of every seed the coincidences at / just before it are counted: a min ||xi|| dip, a sharpness
+jump, a gradient-norm burst; the same rules applied to every non-spike epoch of the seeds with a
+spike give the base rates.
 
 Drawn: (a) for the seed of the shown spike (the earliest onset over all seeds), stacked on one epoch
-axis: training loss (log), gradient norm, min ||xi|| with the §5.4 curvature bound
-sqrt(d) / min ||xi|| = max ||dN/dxi||_op, raw sharpness with 2 / lr and preconditioned sharpness with
-38 / lr; (b) probe sequence embeddings xi over the decision regions at the epochs before, at and
-after the spike; (c) quivers of the change of N(xi) = sqrt(d) xi / ||xi|| and of the FFN output
-h(xi) of every probe input between consecutive epochs across the spike; (d) the measured
-||Delta N(xi)|| against the §5.4 linearised bound sqrt(d) ||Delta xi|| / ||xi||. Without any
-detected spike the figure says so and (b)-(d) stay empty.
+axis: training loss (log), gradient norm, min ||xi|| with the §5.4 curvature bound sqrt(d) / min
+||xi|| = max ||dN/dxi||_op, raw sharpness with 2 / lr and preconditioned sharpness with 38 / lr; (b)
+probe sequence embeddings xi over the decision regions at the epochs before, at and after the spike;
+(c) quivers of the change of N(xi) = sqrt(d) xi / ||xi|| and of the FFN output h(xi) of every probe
+input between consecutive epochs across the spike; (d) the measured ||Delta N(xi)|| against the §5.4
+linearised bound sqrt(d) ||Delta xi|| / ||xi||. Without any detected spike the figure says so and
+(b)-(d) stay empty.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
-from matplotlib.colors import ListedColormap
 
-from figures.clustering_head.ablations import train_point
 from figures.clustering_head.finetune import FinetuneConfig
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import Flat
+from figures.core.output import format_table
+from figures.core.regions import draw_regions, region_grid
 from simulate.clustering_head.model import ClusteringHead, rms_norm
+from simulate.clustering_head.spikes import SERIES, base_rates, fractions, rule_text, spike_table
 from simulate.clustering_head.task import histograms
-from simulate.clustering_head.training import ADAM_B1, WEIGHTS, ClusteringConfig, model_at
-from simulate.measure.spikes import (
-    AT_OR_BEFORE,
-    BEFORE,
-    SpikeRule,
-    bursts,
-    detect_spikes,
-    dips,
-    stability_threshold,
+from simulate.clustering_head.training import (
+    ADAM_B1,
+    WEIGHTS,
+    ClusteringSetting,
+    model_at,
+    run_or_reuse,
 )
+from simulate.measure.spikes import BEFORE, SpikeRule, stability_threshold
 from simulate.store import load
-from theory.validation import require
 
 FIGURE_ID = "clustering-head-loss-spike"
-SERIES = (
-    "train_loss",
-    "gradient_norm",
-    "min_embedding_norm",
-    "curvature_bound",
-    "hessian_top",
-    "preconditioned_sharpness",
-)
-"""the logged per-epoch observables of the fine-tuning run kept by the figure."""
-FLAGS = (
-    "min_norm_dip",
-    "preconditioned_sharpness_jump",
-    "raw_sharpness_jump",
-    "dip_and_sharpness_jump",
-    "gradient_burst",
-)
-"""the coincidence flags of a spike (``simulate.measure.spikes`` rules)."""
-QUICK = {
-    "seeds": 8,
-    "pretrain_epochs": 60,
-    "epochs": 100,
-    "hessian_iterations": 10,
-    "pretrain_init": "ideal",
-    "lr": 3e-2,
-}
-"""--quick: fewer seeds, epochs and power-iteration steps; the p = 2 head from the paper's ideal
-init (which learns p = 2 within tens of epochs on CPU) and fine-tuning at lr 3e-2 (in the paper's
-lr grid [1e-4, 1]), where spikes occur within 100 epochs."""
+QUICK_HESSIAN_ITERATIONS = 10
+"""--quick: the finetune figure's ``QUICK`` (fewer seeds and epochs; the p = 2 head from the
+paper's ideal init, which learns p = 2 within tens of epochs on CPU; fine-tuning at lr 3e-2, in
+the paper's lr grid [1e-4, 1], where spikes occur within 100 epochs) and 10 power-iteration
+steps."""
 
 
 @dataclass(frozen=True)
@@ -87,118 +64,29 @@ class LossSpikeConfig(FinetuneConfig):
     """Fine-tune p = 2 -> p = 3 with the sharpness logged every epoch; detect spikes (default: the
     paper's 1000 + 1000 epochs, the spec's 16 seeds)."""
 
-    hessian_iterations: int = 20
-    """power-iteration steps of each sharpness estimate."""
-    factor: float = 3.0
-    """spike rule: training loss(e) > factor x loss(e - 1)."""
-    window: int = 20
-    """epochs of the baseline median before a spike."""
-    dip_fraction: float = 0.5
-    """min ||xi|| dip: below this fraction of its baseline."""
-    jump_factor: float = 2.0
-    """sharpness jump / gradient-norm burst: above this multiple of the baseline."""
+    train: Annotated[ClusteringSetting, Flat] = ClusteringSetting(
+        modulus=3,
+        seeds=16,
+        epochs=1000,
+        epochs_per_chunk=100,
+        hessian_iterations=20,
+        preconditioned_sharpness=True,
+    )
+    """the p = 3 fine-tuning run, both sharpnesses logged every epoch (hessian_iterations
+    power-iteration steps each)."""
+    rule: Annotated[SpikeRule, Flat] = SpikeRule()
+    """the spike detector and its coincidence rules."""
 
-    def __post_init__(self):
-        super().__post_init__()
-        require(
-            self.hessian_iterations >= 1,
-            "hessian_iterations",
-            self.hessian_iterations,
-            "an integer >= 1",
-        )
-        self.rule()
+    def setting(self) -> LossSpikeConfig:
+        cfg = super().setting()
+        if cfg is self:
+            return self
+        train = replace(cfg.train, hessian_iterations=QUICK_HESSIAN_ITERATIONS)
+        return replace(cfg, train=replace(train, preconditioned_sharpness=True))
 
-    def rule(self) -> SpikeRule:
-        return SpikeRule(self.factor, self.window, self.dip_fraction, self.jump_factor)
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
-
-    def plan(self) -> dict:
-        return (
-            dict(QUICK)
-            if self.quick
-            else {**super().plan(), "hessian_iterations": self.hessian_iterations}
-        )
-
-    def finetuning(self) -> ClusteringConfig:
+    def finetuning(self, run_dir: Path) -> ClusteringSetting:
         """p = 3 from the stored pretraining run, with both sharpnesses logged every epoch."""
-        plan = self.plan()
-        return replace(
-            self.arm("finetune"),
-            hessian_iterations=plan["hessian_iterations"],
-            preconditioned_sharpness=True,
-        )
-
-
-def spike_table(
-    series: dict[str, np.ndarray], rule: SpikeRule, lr: float, beta1: float = ADAM_B1
-) -> list[dict]:
-    """Every spike of every seed (rows of the arrays in ``series``) with its observables at e - 1
-    and e and the coincidence flags of ``simulate.measure.spikes``."""
-    gd, adam = stability_threshold(lr), stability_threshold(lr, beta1)
-    rows = []
-    for s, loss in enumerate(series["train_loss"]):
-        onsets = detect_spikes(loss, rule.factor)
-        one = {k: v[s] for k, v in series.items()}
-        flags = _flags(one, onsets, rule, gd, adam, AT_OR_BEFORE)
-        early = _flags(one, onsets, rule, gd, adam, BEFORE)
-        for i, e in enumerate(onsets):
-            row = {"seed_index": s, "onset": int(e), "loss_ratio": float(loss[e] / loss[e - 1])}
-            for name in SERIES:
-                row[f"{name}_before"] = float(series[name][s, e - 1])
-                row[f"{name}_at"] = float(series[name][s, e])
-            rows.append(
-                row
-                | {k: bool(v[i]) for k, v in flags.items()}
-                | {f"{k}_before": bool(v[i]) for k, v in early.items()}
-            )
-    return rows
-
-
-def _flags(one: dict[str, np.ndarray], onsets, rule: SpikeRule, gd: float, adam: float, offsets):
-    w, f = rule.window, rule.jump_factor
-    dip = dips(one["min_embedding_norm"], onsets, w, rule.dip_fraction, offsets)
-    jump = bursts(one["preconditioned_sharpness"], onsets, w, f, adam, offsets)
-    return {
-        "min_norm_dip": dip,
-        "preconditioned_sharpness_jump": jump,
-        "raw_sharpness_jump": bursts(one["hessian_top"], onsets, w, f, gd, offsets),
-        "dip_and_sharpness_jump": dip & jump,
-        "gradient_burst": bursts(one["gradient_norm"], onsets, w, f, np.inf, offsets),
-    }
-
-
-def base_rates(
-    series: dict[str, np.ndarray],
-    rule: SpikeRule,
-    lr: float,
-    beta1: float = ADAM_B1,
-    offsets=AT_OR_BEFORE,
-) -> dict[str, float]:
-    """The coincidence rules applied to every epoch e >= 2 that is not a spike onset, in the seeds
-    that have a spike (the same runs, so seeds stuck at chance do not dilute the control): how
-    often each flag fires without a spike."""
-    gd, adam = stability_threshold(lr), stability_threshold(lr, beta1)
-    hits: dict[str, list] = {k: [] for k in FLAGS}
-    for s, loss in enumerate(series["train_loss"]):
-        onsets = set(detect_spikes(loss, rule.factor).tolist())
-        if not onsets:
-            continue
-        quiet = np.array([e for e in range(2, len(loss)) if e not in onsets], int)
-        one = {k: v[s] for k, v in series.items()}
-        for k, v in _flags(one, quiet, rule, gd, adam, offsets).items():
-            hits[k].extend(v.tolist())
-    return {k: float(np.mean(v)) if v else float("nan") for k, v in hits.items()}
-
-
-def fractions(spikes: list[dict], suffix: str = "") -> dict[str, float]:
-    """Fraction of ``spikes`` with each coincidence flag (``suffix`` "_before": read at e - 1
-    alone); NaN without spikes."""
-    return {
-        k: float(np.mean([r[k + suffix] for r in spikes])) if spikes else float("nan")
-        for k in FLAGS
-    }
+        return replace(self.arm("finetune", run_dir), preconditioned_sharpness=True)
 
 
 def _probe_frames(ds, seed: int, frames: list[int]) -> dict[str, np.ndarray]:
@@ -216,11 +104,11 @@ def _probe_frames(ds, seed: int, frames: list[int]) -> dict[str, np.ndarray]:
     }
 
 
-def compute(cfg: LossSpikeConfig) -> tuple[xr.Dataset, dict]:
-    train_point(cfg.pretraining())
-    tcfg = cfg.finetuning()
-    ds, _ = load(train_point(tcfg))
-    rule = cfg.rule()
+def compute(cfg: LossSpikeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    run_or_reuse(cfg.pretraining(), cfg.run_output(run_dir, "pretrain"))
+    tcfg = cfg.finetuning(run_dir)
+    ds, _ = load(run_or_reuse(tcfg, cfg.run_output(run_dir, "finetune")))
+    rule = cfg.rule
     epochs = ds["step"].values // tcfg.steps_per_epoch
     series = {name: ds[name].values for name in SERIES}
     spikes = spike_table(series, rule, tcfg.lr)
@@ -254,17 +142,7 @@ def compute(cfg: LossSpikeConfig) -> tuple[xr.Dataset, dict]:
         )
     per_seed = [sum(r["seed_index"] == i for r in spikes) for i in range(ds.sizes["seed"])]
     summary = {
-        "spike_rule": f"epoch e is a spike epoch when train loss(e) > {rule.factor} x loss(e-1); "
-        "consecutive spike epochs merged into the first (onset)",
-        "coincidence_rules": {
-            "window": "observables read at e-1 and e; baseline = median over the "
-            f"{rule.window} epochs before e-1",
-            "min_norm_dip": f"min ||xi|| < {rule.dip_fraction} x baseline",
-            "preconditioned_sharpness_jump": f"lambda_1(P^-1 H) > 38/lr or > {rule.jump_factor} "
-            "x baseline",
-            "raw_sharpness_jump": f"lambda_1(H) > 2/lr or > {rule.jump_factor} x baseline",
-            "gradient_burst": f"||grad|| > {rule.jump_factor} x baseline",
-        },
+        **rule_text(rule),
         "seeds": tcfg.seeds,
         "pretrain_epochs": cfg.pretraining().total_epochs,
         "epochs": tcfg.total_epochs,
@@ -297,19 +175,10 @@ def compute(cfg: LossSpikeConfig) -> tuple[xr.Dataset, dict]:
 
 
 def _regions(ax, model: ClusteringHead, xi, classes, title):
-    lo, hi = xi.min(0) - 0.3, xi.max(0) + 0.3
-    gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], 100), np.linspace(lo[1], hi[1], 100))
-    logits = jax.vmap(lambda v: model.token @ model.ffn(v))(jnp.stack([gx.ravel(), gy.ravel()], 1))
+    gx, gy, grid = region_grid(xi, 100, pad=0.3)
+    logits = jax.vmap(lambda v: model.token @ model.ffn(v))(jnp.asarray(grid))
     prob = np.asarray(jax.nn.softmax(logits))[:, :3]
-    ax.contourf(
-        gx,
-        gy,
-        prob.argmax(1).reshape(gx.shape),
-        levels=np.arange(4) - 0.5,
-        cmap=ListedColormap(["C0", "C1", "C2"]),
-        alpha=0.18,
-    )
-    ax.contour(gx, gy, prob.max(1).reshape(gx.shape), levels=[0.5, 0.9], colors="k", linewidths=0.6)
+    draw_regions(ax, gx, gy, prob, line="max", levels=(0.5, 0.9), alpha=0.18, label_lines=False)
     for c in range(3):
         ax.scatter(
             *xi[classes == c].T, s=14, c=f"C{c}", edgecolors="k", lw=0.3, label=f"probes, class {c}"
@@ -518,5 +387,13 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: LossSpikeConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="clustering-head",
+    description="loss spikes while fine-tuning p = 2 -> 3: loss, ||grad||, min ||xi||, raw and "
+    "Adam-preconditioned sharpness with 2/lr and 38/lr; probes and N(xi) rotation across a spike",
+    config=LossSpikeConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

@@ -2,16 +2,16 @@
 clustering-head-sandbox, §5.1, §5.3).
 
 One seed of the clustering-head experiment (p = 2, V_e = 3, the §4 defaults, 1000 epochs). At each
-frame epoch (0, 10, 100, 1000) the paper's 4 x 4 panel grid (figures.clustering_head.sandbox_frame): E,
-P, E + P, Z = N(E + P); probe attention, V Z, the sequence embeddings xi by class with their first-k
-histogram clusters and the §5.1 ideal-head prediction, the level lines of xi -> p(y | xi); N(xi),
-the FFN receptors (rows of W_1) and emitters (columns of W_2), the FFN output h; the read-out level
-lines in h, softmax(E h) on the simplex, train/test loss and accuracy with the frame epoch marked.
-The static figure puts the frames side by side; the animation (every ``animation_every``-th stored
-epoch) goes into the run directory as clustering-head-sandbox.gif (Pillow), and .mp4 as well when
-ffmpeg is on the PATH. Every epoch's weights are stored with the figure, so --replot redraws both.
-The summary records, per frame epoch, test accuracy, train loss, the first-block attention mass
-A_k and the cluster quality Q of xi by first-k histogram (§5.3).
+frame epoch (0, 10, 100, 1000) the paper's 4 x 4 panel grid (figures.clustering_head.sandbox_frame):
+E, P, E + P, Z = N(E + P); probe attention, V Z, the sequence embeddings xi by class with their
+first-k histogram clusters and the §5.1 ideal-head prediction, the level lines of xi -> p(y | xi);
+N(xi), the FFN receptors (rows of W_1) and emitters (columns of W_2), the FFN output h; the read-out
+level lines in h, softmax(E h) on the simplex, train/test loss and accuracy with the frame epoch
+marked. The static figure puts the frames side by side; the animation (every ``animation_every``-th
+stored epoch) goes into the run directory as clustering-head-sandbox.gif (Pillow), and .mp4 as well
+when ffmpeg is on the PATH. Every epoch's weights are stored with the figure, so --replot redraws
+both. The summary records, per frame epoch, test accuracy, train loss, the first-block attention
+mass A_k and the cluster quality Q of xi by first-k histogram (§5.3).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import shutil
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -34,16 +35,18 @@ from figures.clustering_head.sandbox_frame import (
     SandboxContext,
     draw_frame,
 )
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from simulate.clustering_head.model import ClusteringHead
 from simulate.clustering_head.task import draw_data, histogram_index, probe_set
 from simulate.clustering_head.training import (
     SUCCESS_ACCURACY,
     WEIGHTS,
-    ClusteringConfig,
+    ClusteringSetting,
     cluster_quality,
+    run_stored,
 )
-from simulate.clustering_head.training import run as train_run
 from simulate.store import load
 from theory.clustering_head.symmetry import cluster_count
 from theory.validation import require
@@ -54,17 +57,17 @@ FRAME_SIZE = (12.0, 11.0)
 
 
 @dataclass(frozen=True)
-class SandboxConfig:
+class SandboxConfig(FigureOptions):
     """One seed, frames at selected epochs (paper: 1000 epochs, frames 0, 10, 100, 1000), and an
-    animation over the stored epochs."""
+    animation over the stored epochs (--quick: 200 epochs, frames 0, 10, 100, 200)."""
 
-    epochs: int = 1000
-    """epochs of 64 steps (a multiple of 10)."""
+    train: Annotated[ClusteringSetting, Flat] = ClusteringSetting(
+        seed=6, seeds=1, epochs=1000, epochs_per_chunk=100, hessian_iterations=0
+    )
+    """the training run of one seed (6: a seed id that reaches test accuracy > 0.98 within 200
+    epochs; seed 0 stays at chance for 1000 epochs)."""
     frames: tuple[int, ...] = (0, 10, 100, 1000)
     """epochs drawn in the static figure, one 4 x 4 grid each (0 <= epoch <= epochs)."""
-    seed: int = 6
-    """training seed (6: a seed id that reaches test accuracy > 0.98 within 200 epochs; seed 0
-    stays at chance for 1000 epochs)."""
     animation: bool = True
     """write the animation (GIF; MP4 too when ffmpeg is on the PATH)."""
     animation_every: int = 10
@@ -73,28 +76,15 @@ class SandboxConfig:
     """animation frames per second."""
     animation_dpi: int = 70
     """animation resolution (dots per inch of a 12 x 11 inch frame)."""
-    quick: bool = False
-    """CPU-sized: 200 epochs, frames 0, 10, 100, 200."""
-    out: Path = Path("runs")
-    """output directory."""
-    replot: bool = False
-    """redraw the figure and the animation from the stored data; nothing is recomputed."""
-    quiet: bool = False
-    """no progress bars."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        epochs = self.train.total_epochs
+        require(self.train.seeds == 1, "seeds", self.train.seeds, "1 (the sandbox draws one seed)")
         require(
-            self.epochs >= 10 and self.epochs % 10 == 0,
-            "epochs",
-            self.epochs,
-            "a multiple of 10, >= 10",
-        )
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
-        require(
-            len(self.frames) >= 1 and all(0 <= f <= self.epochs for f in self.frames),
+            len(self.frames) >= 1 and all(0 <= f <= epochs for f in self.frames),
             "frames",
             self.frames,
-            f"one or more epochs in [0, {self.epochs}]",
+            f"one or more epochs in [0, {epochs}]",
         )
         require(
             self.animation_every >= 1,
@@ -110,11 +100,11 @@ class SandboxConfig:
             "an integer in [20, 300]",
         )
 
-    def plan(self) -> tuple[int, tuple[int, ...]]:
-        return (200, (0, 10, 100, 200)) if self.quick else (self.epochs, self.frames)
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+    def plan(self) -> tuple[ClusteringSetting, tuple[int, ...]]:
+        """The training run and the frame epochs (--quick: 200 epochs, frames 0, 10, 100, 200)."""
+        if self.quick:
+            return replace(self.train, epochs=200, epochs_per_chunk=20), (0, 10, 100, 200)
+        return self.train, self.frames
 
 
 def animation_epochs(epochs: int, every: int) -> list[int]:
@@ -127,8 +117,8 @@ def model_at_epoch(data: xr.Dataset, epoch: int) -> ClusteringHead:
     return ClusteringHead(*(jnp.asarray(data[n].sel(epoch=epoch).values) for n in WEIGHTS))
 
 
-def _setting(summary: dict) -> ClusteringConfig:
-    return ClusteringConfig(
+def _setting(summary: dict) -> ClusteringSetting:
+    return ClusteringSetting(
         length=summary["length"],
         sparsity=summary["sparsity"],
         modulus=summary["modulus"],
@@ -154,18 +144,10 @@ def context(data: xr.Dataset, summary: dict) -> SandboxContext:
     )
 
 
-def compute(cfg: SandboxConfig) -> tuple[xr.Dataset, dict]:
-    epochs, frames = cfg.plan()
-    tcfg = ClusteringConfig(
-        seed=cfg.seed,
-        seeds=1,
-        epochs=epochs,
-        epochs_per_chunk=epochs // 10,
-        hessian_iterations=0,
-        quiet=cfg.quiet,
-        out=cfg.run_dir() / "training",
-    )
-    ds, _ = load(train_run(tcfg))
+def compute(cfg: SandboxConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    tcfg, frames = cfg.plan()
+    epochs = tcfg.total_epochs
+    ds, _ = load(run_stored(tcfg, cfg.run_output(run_dir)))
     ds = ds.isel(seed=0, drop=True)
     ds = (
         ds.assign_coords(epoch=("step", ds["step"].values // tcfg.steps_per_epoch))
@@ -187,7 +169,7 @@ def compute(cfg: SandboxConfig) -> tuple[xr.Dataset, dict]:
     at = {"epoch": list(frames)}
     final_acc = float(ds["test_accuracy"].values[-1])
     summary = {
-        "seed": cfg.seed,
+        "seed": tcfg.seed,
         "epochs": epochs,
         "frames": list(frames),
         "animation_epochs": animation_epochs(epochs, cfg.animation_every),
@@ -267,13 +249,22 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: SandboxConfig) -> dict:
-    def plot_and_animate(data, summary):
-        if cfg.animation:
-            paths = animate(
-                data, summary, cfg.run_dir(), cfg.animation_fps, cfg.animation_dpi, cfg.quiet
-            )
-            print("wrote " + ", ".join(str(p) for p in paths))
-        return plot(data, summary)
+def extra(cfg: SandboxConfig, run_dir: Path, data: xr.Dataset, summary: dict) -> list[Path]:
+    """The animation (GIF, and MP4 with ffmpeg) from the stored data, unless --no-animation."""
+    if not cfg.animation:
+        return []
+    return animate(data, summary, run_dir, cfg.animation_fps, cfg.animation_dpi, cfg.quiet)
 
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot_and_animate, report)
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="clustering-head",
+    description="visual sandbox of one seed: the paper's 4 x 4 panel grid (E, P, E + P, Z; probe "
+    "attention, VZ, xi by class with level lines; N(xi), FFN receptors, emitters, h; read-out "
+    "regions, simplex, loss, accuracy) at frame epochs, and a GIF (MP4 with ffmpeg) over training",
+    config=SandboxConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+    extra=extra,
+)

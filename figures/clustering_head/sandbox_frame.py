@@ -1,13 +1,16 @@
-"""One frame of the clustering-head visual sandbox (spec clustering_head.md §7 clustering-head-sandbox,
-§3, §5.1, §5.3): the paper's 4 x 4 panel grid for one model, every object of the forward pass in R^2.
+"""One frame of the clustering-head visual sandbox (spec clustering_head.md §7
+clustering-head-sandbox, §3, §5.1, §5.3): the paper's 4 x 4 panel grid for one model, every object
+of the forward pass in R^2.
 
-    Row 1: E;  P (t <= k vs t > k);  E[a] + P[t];  Z = N(E[a] + P[t]) on the circle of radius sqrt d.
+    Row 1: E;  P (t <= k vs t > k);  E[a] + P[t];  Z = N(E[a] + P[t]) on the circle of radius
+           sqrt d.
     Row 2: probe attention a_t (boundary after k);  V Z;  xi(x) by class with the first-k histogram
            clusters and the §5.1 ideal-head prediction (1/k) sum_a n_a V zbar_a;  level lines of
            xi -> p(y | xi) = softmax(E h(xi)).
     Row 3: N(xi);  FFN receptors (rows of W_1) with N(xi);  FFN emitters (columns of W_2);  h(xi).
-    Row 4: level lines of h -> softmax(E h);  softmax(E h(x)) on the probability simplex of the V_e = 3
-           tokens;  train/test loss (log) with ln p;  train/test accuracy with the success line.
+    Row 4: level lines of h -> softmax(E h);  softmax(E h(x)) on the probability simplex of the
+           V_e = 3 tokens;  train/test loss (log) with ln p;  train/test accuracy with the success
+           line.
 
 Shared by the static figure and the animation: ``draw_frame(fig, model, context, epoch)``.
 """
@@ -22,6 +25,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
+from figures.core.regions import draw_regions, region_grid
 from simulate.clustering_head.model import ClusteringHead, rms_norm
 from simulate.clustering_head.task import histogram_index, histograms
 from simulate.clustering_head.training import cluster_quality
@@ -90,14 +94,9 @@ def class_probability(model: ClusteringHead, xi, label: int) -> np.ndarray:
     return np.asarray(read_out(model, jnp.asarray(xi))[:, label])
 
 
-def _grid(points, margin: float = 0.15):
-    """A GRID x GRID mesh around ``points`` (n, 2): (gx, gy, flat (GRID^2, 2))."""
-    lo, hi = points.min(0), points.max(0)
-    pad = margin * jnp.maximum(jnp.max(hi - lo), 1e-2)
-    gx, gy = jnp.meshgrid(
-        jnp.linspace(lo[0] - pad, hi[0] + pad, GRID), jnp.linspace(lo[1] - pad, hi[1] + pad, GRID)
-    )
-    return gx, gy, jnp.stack([gx.ravel(), gy.ravel()], 1)
+def _grid(points):
+    """A GRID x GRID mesh around ``points`` (n, 2), padded by 0.15 of their extent."""
+    return region_grid(points, GRID, pad=0.15, relative=True, xp=jnp)
 
 
 @eqx.filter_jit
@@ -121,24 +120,7 @@ def _forward(model: ClusteringHead, train, probe) -> dict:
 
 def _regions(ax, gx, gy, prob: np.ndarray, label: int) -> None:
     """argmax regions of the read-out (token colours) and labelled level lines of p(y = label)."""
-    vocab = prob.shape[1]
-    ax.contourf(
-        gx,
-        gy,
-        prob.argmax(1).reshape(gx.shape),
-        levels=np.arange(vocab + 1) - 0.5,
-        colors=[f"C{a}" for a in range(vocab)],
-        alpha=0.15,
-    )
-    lines = ax.contour(
-        gx,
-        gy,
-        prob[:, label].reshape(gx.shape),
-        levels=[0.1, 0.25, 0.5, 0.75, 0.9],
-        colors="k",
-        linewidths=0.6,
-    )
-    ax.clabel(lines, fontsize=6, fmt="%.2g")
+    draw_regions(ax, gx, gy, prob, line=label, levels=(0.1, 0.25, 0.5, 0.75, 0.9), fmt="%.2g")
 
 
 def _by_class(ax, points: np.ndarray, y: np.ndarray, modulus: int, **kw) -> None:

@@ -6,10 +6,6 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr

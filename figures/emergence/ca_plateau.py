@@ -4,7 +4,7 @@ without the attention bias (authors' blog Fig. 4 middle/right; spec emergence.md
 Left: CA loss (mean over seeds) against the step (log x) for each S, solid without and dashed with
 the attention bias c on the 3-cell neighbourhood in the previous state (§3); the plateau level
 ln K and the Monte Carlo Bayes floor of each S (``ca_loss_floor``) drawn. Middle: plateau length
-(the spec's 5% rule, ``PLATEAU_RULE`` of the experiment) and drop step (``DROP_RULE``, halfway
+(the spec's 5% rule, ``PLATEAU_RULE``) and drop step (``DROP_RULE``, halfway
 from the plateau to the floor) against S, log-log, one marker per seed, with and without the
 bias; runs that never leave the plateau are drawn at the budget with an open marker; the blog's
 read-off (§5.3) is a grey reference, not a prediction. Right: the §5.4 mechanism at
@@ -26,19 +26,29 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.emergence import training as emergence_training
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.emergence.measurements import (
+    BIAS_RULE,
+    DROP_RULE,
+    GROWTH_RULE,
+    NEVER_RULE,
+    PLATEAU_RULE,
+    bias_halves,
+    drop_step,
+    median_length,
+    plateau_length,
+)
 from simulate.emergence.tasks import ca_bias_mass, ca_bias_mass_spec, ca_loss_floor
-from simulate.emergence.training import EmergenceConfig, plateau_length
-from simulate.store import load
+from simulate.emergence.training import EmergenceConfig, run_stored
 from theory.validation import require
 
-FIGURE_ID = "emergence-ca-plateau"
 BLOG_READ_OFF = {
     "S": (4, 8, 16, 32, 64, 128, 256),
     "no bias": (60, 380, 400, 650, 1400, 3300, 8700),
@@ -52,58 +62,34 @@ ENCODING_REASON = (
     "uses K = 2. 2 layers: in-context table lookup is an induction-like circuit "
     "(numbers in simulate.emergence.tasks)"
 )
-NEVER_RULE = "never left the plateau: no logged step meets the plateau rule within the budget"
-DROP_RULE = (
-    "drop step: first logged step after the plateau window at which the loss is below "
-    "level - (level - floor) / 2, halfway from the plateau level of PLATEAU_RULE to the "
-    "Monte Carlo floor; nan if never. Added because the 5% line is within the slow "
-    "drift and evaluation noise of an unbiased K = 2 plateau (at S = 16 in --quick it "
-    "was crossed by a run whose loss never left 0.58-0.64 nats)"
-)
-GROWTH_RULE = (
-    "grows with S: the median over seeds (never = inf) at the largest S exceeds that "
-    "at the smallest S, without the bias"
-)
-BIAS_RULE = (
-    "bias halves it at S: the median with the bias is below half the median without (never = inf)"
-)
+QUICK = {"alphabet": 2, "lr": 1e-2, "steps": 1500, "chunk": 500, "log_every": 50, "seeds": 1}
+"""--quick: K = 2, lr 1e-2, 1500 steps, 1 seed (and S in {4, 16}, 1280 tokens per batch)."""
+QUICK_SIZES, QUICK_TOKENS = (4, 16), 1280
 
 
 @dataclass(frozen=True)
-class CaPlateauConfig(EmergenceConfig):
-    """S in {4, 8, ..., 512}, 2 layers, 8192 tokens per batch, 10^4 steps, 3 seeds, c = 3."""
+class CaPlateauConfig(FigureOptions):
+    """S in {4, 8, ..., 512}, 2 layers, 8192 tokens per batch, 10^4 steps, 3 seeds, c = 3.
+    --quick: S in {4, 16}, K = 2, 1280 tokens per batch, lr 1e-2, 1500 steps, 1 seed."""
 
-    task: Literal["linear_map", "ca"] = "ca"
-    """the cellular automaton (this figure)."""
+    train: Annotated[EmergenceConfig, Flat] = EmergenceConfig(
+        task="ca", layers=2, attention_bias=3.0, steps=10_000, chunk=1000, log_every=50
+    )
+    """the training runs: the cellular automaton, 2 layers (in-context table lookup is an
+    induction-like, two-layer circuit); attention_bias is c of the dashed runs (spec: c in
+    [2, 5]), the solid runs use c = 0; S and the batch are set per run."""
     sizes: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512)
     """state sizes S, one run without and one with the bias each."""
-    layers: int = 2
-    """layers; 2, since in-context table lookup is an induction-like (two-layer) circuit."""
-    attention_bias: float = 3.0
-    """c of the dashed runs (spec: c in [2, 5]); the solid runs use c = 0."""
     tokens: int = 8192
     """tokens per batch, fixed across S (sequences per step = tokens // (states S))."""
     eval_tokens: int = 20_480
     """cap on the evaluation tokens: at most eval_tokens // (states S) of the eval_batch
     sequences (>= 8), so the attention maps logged at large S fit in memory."""
-    steps: int = 10_000
-    """optimizer steps."""
-    chunk: int = 1000
-    """steps per compiled chunk (a multiple of log_every)."""
-    log_every: int = 50
-    """steps between logged rows."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/emergence-ca-plateau/)."""
-    quick: bool = False
-    """CPU-sized run: S in {4, 16}, K = 2, 1280 tokens per batch, lr 1e-2, 1500 steps,
-    1 seed."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
-        super().__post_init__()
-        require(self.task == "ca", "task", self.task, "ca (this figure)")
-        require(self.model == "transformer", "model", self.model, "transformer (this figure)")
+        train = self.train
+        require(train.task == "ca", "task", train.task, "ca (this figure)")
+        require(train.model == "transformer", "model", train.model, "transformer (this figure)")
         require(
             len(self.sizes) >= 1 and all(S >= 4 for S in self.sizes),
             "sizes",
@@ -111,31 +97,32 @@ class CaPlateauConfig(EmergenceConfig):
             "state sizes S >= 4 (the neighbourhood must not fill the state)",
         )
         require(
-            self.attention_bias > 0,
+            train.attention_bias > 0,
             "attention_bias",
-            self.attention_bias,
+            train.attention_bias,
             "c > 0 (the biased runs; the unbiased ones use c = 0)",
         )
         require(self.eval_tokens >= 1, "eval_tokens", self.eval_tokens, "an integer >= 1")
         require(
-            self.batch is None,
+            train.batch is None,
             "batch",
-            self.batch,
+            train.batch,
             "None (this figure fixes the tokens per batch: --tokens)",
         )
         require(
-            self.tokens >= max(self.sizes) * self.n_states,
+            self.tokens >= max(self.sizes) * train.n_states,
             "tokens",
             self.tokens,
-            f"at least one sequence of the largest S: >= {max(self.sizes) * self.n_states}",
+            f"at least one sequence of the largest S: >= {max(self.sizes) * train.n_states}",
         )
 
     def trainings(self) -> dict[tuple[int, float], EmergenceConfig]:
-        cfg = self.experiment()
+        """(S, c) -> its run (stored in run_dir/S{S}-c{c:g})."""
+        cfg = self.train
         sizes, tokens = self.sizes, self.tokens
         if self.quick:
-            cfg = replace(cfg, alphabet=2, lr=1e-2, steps=1500, chunk=500, log_every=50, seeds=1)
-            sizes, tokens = (4, 16), 1280
+            cfg = replace(cfg, **QUICK)
+            sizes, tokens = QUICK_SIZES, QUICK_TOKENS
         return {
             (S, c): replace(
                 cfg,
@@ -143,39 +130,16 @@ class CaPlateauConfig(EmergenceConfig):
                 attention_bias=c,
                 batch=max(1, tokens // (S * cfg.n_states)),
                 eval_batch=min(cfg.eval_batch, max(8, self.eval_tokens // (S * cfg.n_states))),
-                out=self.run_dir() / f"S{S}-c{c:g}",
             )
             for S in sorted(sizes)
-            for c in (0.0, self.attention_bias)
+            for c in (0.0, self.train.attention_bias)
         }
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def median_length(lengths) -> float:
-    """Median over seeds with a never-left run counted as infinitely long (nan -> inf)."""
-    x = np.asarray(lengths, float)
-    return float(np.median(np.where(np.isnan(x), np.inf, x)))
-
-
-def bias_halves(unbiased, biased) -> bool:
-    """``BIAS_RULE`` for one S: median biased length < median unbiased length / 2."""
-    return median_length(biased) < median_length(unbiased) / 2
-
-
-def drop_step(steps, loss, level: float, floor: float, warmup: int) -> float:
-    """``DROP_RULE``: first step after the plateau window (2 warmup) with loss below the midpoint
-    of the plateau level and the floor; nan if never."""
-    steps, loss = np.asarray(steps), np.asarray(loss)
-    after = (steps > 2 * max(warmup, 1)) & (loss < level - (level - floor) / 2)
-    return float(steps[after][0]) if after.any() else float("nan")
-
-
-def compute(cfg: CaPlateauConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: CaPlateauConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     runs = cfg.trainings()
     sizes = sorted({S for S, _ in runs})
-    biases = [0.0, cfg.attention_bias]
+    biases = [0.0, cfg.train.attention_bias]
     first = runs[(sizes[0], 0.0)]
     K, n = first.alphabet, first.n_states
     floors = np.array([ca_loss_floor(S, K, n) for S in sizes])
@@ -183,8 +147,7 @@ def compute(cfg: CaPlateauConfig) -> tuple[xr.Dataset, dict]:
     for S, floor in zip(sizes, floors):
         for c in biases:
             run = runs[(S, c)]
-            emergence_training.run(run)
-            ds, _ = load(run.out)
+            ds = run_stored(run, cfg.run_output(run_dir, f"S{S}-c{c:g}"))
             steps = ds["step"].values
             curves = ds["loss"].values  # (seed, step)
             plateaus = [plateau_length(steps, curve, run.warmup) for curve in curves]
@@ -235,7 +198,7 @@ def compute(cfg: CaPlateauConfig) -> tuple[xr.Dataset, dict]:
         "steps": first.steps,
         "seeds": first.seeds,
         "tokens_per_batch": [runs[(S, 0.0)].batch * S * n for S in sizes],
-        "plateau_rule": emergence_training.PLATEAU_RULE,
+        "plateau_rule": PLATEAU_RULE,
         "drop_rule": DROP_RULE,
         "never_rule": NEVER_RULE,
         "growth_rule": GROWTH_RULE,
@@ -304,10 +267,6 @@ def report(summary: dict) -> str:
         f"{summary['bias_halves_plateau']}, drop step {summary['bias_halves_drop_step']}"
         f"\n{summary['plateau_rule']}\n{summary['drop_rule']}"
     )
-
-
-def run(cfg: CaPlateauConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -442,3 +401,16 @@ def plot(data: xr.Dataset, summary: dict):
         axis.xaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "emergence-ca-plateau",
+    "emergence",
+    "cellular automaton: loss vs step per state size S with and without the attention "
+    "bias, plateau length vs S, initial attention mass on the neighbourhood (blog Fig. 4 "
+    "middle/right)",
+    CaPlateauConfig,
+    compute,
+    plot,
+    report,
+)

@@ -19,85 +19,63 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.emergence import training as emergence_training
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.emergence.measurements import (
+    COMPARISON_RULE,
+    EMERGENCE_RULE,
+    LOTTERY_BUDGET_RULE,
+    SUCCESS_RULE,
+    emergence_times,
+    matched_width,
+    solved,
+)
+from simulate.emergence.models import parameter_count
 from simulate.emergence.tasks import linear_map_floor
-from simulate.emergence.training import EmergenceConfig, emergence_times
-from simulate.store import load
-from theory.emergence import levels as emergence_theory
+from simulate.emergence.training import EmergenceConfig, run_stored
+from simulate.measure.survival import column_survival
+from theory.emergence.levels import lottery_pooled_survival
 from theory.validation import require
 
-FIGURE_ID = "emergence-heads-vs-dim"
-LOTTERY_RULE = (
-    "lottery prediction (spec §5.3): fraction of cells emerged within the budget "
-    "P_H = 1 - mean_i Fbar_i(t_budget)^(H/H0), Fbar_i = fraction of seeds in which "
-    "cell i has not emerged by the last step, measured at the sweep's smallest H0"
-)
-SUCCESS_RULE = "run solved: final loss <= 1.05 L_min(S) + 1e-3 nats (spec §6)"
-COMPARISON_RULE = (
-    "at equal width H d_h (hence equal parameter count: the model's parameters "
-    "depend on H d_h only): mean final loss over seeds of the configuration with "
-    "the most heads against the one with the fewest; many small heads win when "
-    "their loss is lower"
-)
-
-
-def lottery_success(survival_h0, H, H0: int) -> np.ndarray:
-    """Lottery model (spec §5.3): fraction of cells emerged with H heads,
-    1 - mean_i Fbar_{i,H0}^(H/H0), from per-cell survivals Fbar_{i,H0} at the budget."""
-    heads = np.asarray(H, float)[..., None]
-    return 1 - np.mean(
-        emergence_theory.lottery_survival(np.asarray(survival_h0, float), H0, heads), axis=-1
-    )
-
-
-def matched_width(configs) -> dict[int, list[tuple[int, int]]]:
-    """(H, d_h) configurations grouped by width H d_h, most heads first; widths held by fewer
-    than two configurations are dropped."""
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for H, d in sorted(set(configs), key=lambda c: -c[0]):
-        groups.setdefault(H * d, []).append((H, d))
-    return {w: g for w, g in sorted(groups.items()) if len(g) >= 2}
-
-
-def parameter_count(H: int, d_h: int, length: int, vocab: int = 2) -> int:
-    """Parameters of the one-layer ``CausalTransformer`` of width d = H d_h (a function of the
-    width only: the heads split d, they do not add parameters)."""
-    d = H * d_h
-    return vocab * d + length * d + 12 * d * d + d * vocab
+QUICK = {
+    "S": 6,
+    "batch": 64,
+    "lr": 3e-3,
+    "steps": 1500,
+    "chunk": 500,
+    "log_every": 50,
+    "seeds": 8,
+    "eval_batch": 128,
+}
+"""--quick: S = 6, batch 64, lr 3e-3, 1500 steps, 8 seeds (and H in {1, 2, 4, 8}, width 32)."""
+QUICK_HEAD_COUNTS, QUICK_WIDTH = (1, 2, 4, 8), 32
 
 
 @dataclass(frozen=True)
-class HeadsVsDimConfig(EmergenceConfig):
+class HeadsVsDimConfig(FigureOptions):
     """Linear map S = 16, s = 3, H in {1, 2, 4, 8, 16}, d_h in {4, 8}, fixed width 64, 3 seeds,
-    3k steps (spec CPU setting)."""
+    3k steps (spec CPU setting). --quick: S = 6, H in {1, 2, 4, 8}, d_h in {4, 8}, fixed width
+    32, batch 64, lr 3e-3, 1500 steps, 8 seeds."""
 
+    train: Annotated[EmergenceConfig, Flat] = EmergenceConfig(seeds=3, steps=3000)
+    """the training runs (linear map, transformer, no bias); heads and head_dim are swept."""
     head_counts: tuple[int, ...] = (1, 2, 4, 8, 16)
     """numbers of heads H of every sweep."""
     head_dims: tuple[int, ...] = (4, 8)
     """head dimensions d_h of the scaling-width sweeps (width = H d_h)."""
     fixed_width: int = 64
     """width of the fixed-width sweep (d_h = width / H; every H must divide it)."""
-    seeds: int = 3
-    """seeds per configuration, vmapped."""
-    steps: int = 3000
-    """step budget of every run (a multiple of chunk)."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/emergence-heads-vs-dim/)."""
-    quick: bool = False
-    """CPU-sized run: S = 6, H in {1, 2, 4, 8}, d_h in {4, 8}, fixed width 32, batch 64,
-    lr 3e-3, 1500 steps, 8 seeds."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
-        super().__post_init__()
-        require(self.task == "linear_map", "task", self.task, "linear_map (this figure)")
-        require(self.model == "transformer", "model", self.model, "transformer (this figure)")
+        train = self.train
+        require(train.task == "linear_map", "task", train.task, "linear_map (this figure)")
+        require(train.model == "transformer", "model", train.model, "transformer (this figure)")
         require(
             len(self.head_counts) >= 2 and min(self.head_counts) >= 1,
             "head_counts",
@@ -118,60 +96,43 @@ class HeadsVsDimConfig(EmergenceConfig):
         )
 
     def base(self) -> EmergenceConfig:
-        cfg = self.experiment()
-        if self.quick:
-            cfg = replace(
-                cfg,
-                S=6,
-                batch=64,
-                lr=3e-3,
-                steps=1500,
-                chunk=500,
-                log_every=50,
-                seeds=8,
-                eval_batch=128,
-            )
+        cfg = replace(self.train, **QUICK) if self.quick else self.train
         return replace(cfg, attention_bias=0.0)
 
     def sweeps(self) -> dict[str, list[tuple[int, int]]]:
         """Sweep name -> (H, d_h) per point."""
-        counts = (1, 2, 4, 8) if self.quick else tuple(sorted(self.head_counts))
-        width = 32 if self.quick else self.fixed_width
+        counts = QUICK_HEAD_COUNTS if self.quick else tuple(sorted(self.head_counts))
+        width = QUICK_WIDTH if self.quick else self.fixed_width
         out = {f"d_h = {d}": [(H, d) for H in counts] for d in self.head_dims}
         out[f"fixed width {width}"] = [(H, width // H) for H in counts]
         return out
 
     def trainings(self) -> dict[tuple[int, int], EmergenceConfig]:
+        """(H, d_h) -> its run (stored in run_dir/H{H}-d{d_h})."""
         base = self.base()
         configs = sorted({c for sweep in self.sweeps().values() for c in sweep})
-        return {
-            (H, d): replace(base, heads=H, head_dim=d, out=self.run_dir() / f"H{H}-d{d}")
-            for H, d in configs
-        }
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+        return {(H, d): replace(base, heads=H, head_dim=d) for H, d in configs}
 
 
-def compute(cfg: HeadsVsDimConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: HeadsVsDimConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     runs = cfg.trainings()
     keys = list(runs)
     final, times = [], []
-    for key in keys:
-        emergence_training.run(runs[key])
-        ds, _ = load(runs[key].out)
+    for H, d in keys:
+        ds = run_stored(runs[H, d], cfg.run_output(run_dir, f"H{H}-d{d}"))
         final.append(ds["loss"].values[:, -1])
         times.append(emergence_times(ds["step"].values, ds["cell_loss"].values))
     base = runs[keys[0]]
     final, times = np.stack(final), np.stack(times)  # (run, seed), (run, seed, cell)
-    survival = np.isnan(times).mean(1)  # (run, cell): Fbar_i at the budget
+    budget = [ds["step"].values[-1]]
+    survival = np.stack([column_survival(budget, t)[0] for t in times])  # (run, cell): Fbar_i
     floor = linear_map_floor(base.S)
     index = {key: k for k, key in enumerate(keys)}
     sweeps = cfg.sweeps()
     lottery = {}
     for name, points in sweeps.items():
-        H0 = points[0][0]
-        lottery[name] = lottery_success(survival[index[points[0]]], [H for H, _ in points], H0)
+        H0, heads = points[0][0], np.array([H for H, _ in points], float)
+        lottery[name] = 1 - lottery_pooled_survival(survival[index[points[0]]], H0, heads[:, None])
     mean = final.mean(1)
     comparison = [
         {
@@ -209,12 +170,12 @@ def compute(cfg: HeadsVsDimConfig) -> tuple[xr.Dataset, dict]:
         "sweeps": {name: [index[c] for c in pts] for name, pts in sweeps.items()},
         "final_loss_per_seed": final,
         "mean_final_loss": mean,
-        "emergence_rule": emergence_training.EMERGENCE_RULE,
+        "emergence_rule": EMERGENCE_RULE,
         "fraction_cells_emerged": 1 - survival.mean(1),
-        "lottery_rule": LOTTERY_RULE,
+        "lottery_rule": LOTTERY_BUDGET_RULE,
         "lottery_fraction_cells_emerged": lottery,
         "success_rule": SUCCESS_RULE,
-        "success_fraction": (final <= 1.05 * floor + 1e-3).mean(1),
+        "success_fraction": solved(final, floor).mean(1),
         "comparison_rule": COMPARISON_RULE,
         "more_heads_beat_bigger_heads": comparison,
     }
@@ -263,10 +224,6 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: HeadsVsDimConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -310,3 +267,15 @@ def plot(data: xr.Dataset, summary: dict):
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "emergence-heads-vs-dim",
+    "emergence",
+    "linear map: final loss and cells emerged vs heads H at scaling width (d_h fixed) and "
+    "fixed width, with the lottery prediction; CA half not drawn (blog Fig. 5)",
+    HeadsVsDimConfig,
+    compute,
+    plot,
+    report,
+)

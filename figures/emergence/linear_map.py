@@ -13,114 +13,63 @@ emerging row outlined.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.emergence import training as emergence_training
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.emergence.measurements import (
+    EMERGENCE_RULE,
+    HIGHLIGHT_RULE,
+    PLATEAU_RULE,
+    RECOVERY_RULE,
+    RESPONSIBLE_RULE,
+    emergence_times,
+    highlighted_drop,
+    pattern_recovery,
+    responsible_heads,
+)
 from simulate.emergence.tasks import linear_map_floor, linear_map_step_height
-from simulate.emergence.training import EmergenceConfig, emergence_times
-from simulate.store import load
+from simulate.emergence.training import EmergenceConfig, run_stored
+from simulate.store import read_summary
 from theory.validation import require
 
-FIGURE_ID = "emergence-linear-map"
-
-RESPONSIBLE_RULE = (
-    "for an emerged cell i: 'before' = the last logged row before its emergence "
-    "at which its loss is still >= 0.9 ln 2 (start of the drop), 'after' = the "
-    "emergence row; the responsible head is the first-layer head whose attention "
-    "mass on supp(M_i) grows most between them; its entropy change is compared "
-    "with the median change of the other heads"
-)
-HIGHLIGHT_RULE = (
-    "highlighted drop: among seed 0's emerged cells, the one whose responsible head "
-    "sharpens most relative to the others (most negative entropy change minus the "
-    "others' median)"
-)
-RECOVERY_RULE = (
-    "pattern recovery of cell i: final attention mass summed over first-layer heads "
-    "on supp(M_i) (spec §6), averaged over the cells that emerged / did not emerge"
-)
+QUICK = {"S": 8, "batch": 64, "lr": 3e-3, "steps": 2500, "chunk": 500, "log_every": 25, "seeds": 2}
+"""--quick: S = 8, batch 64, lr 3e-3, 2500 steps, 2 seeds."""
 
 
 @dataclass(frozen=True)
-class LinearMapConfig(EmergenceConfig):
-    """One-layer transformer, S = 16, s = 3, H = 8, d_h = 8, batch 256, 5k steps, 3 seeds."""
+class LinearMapConfig(FigureOptions):
+    """One-layer transformer, S = 16, s = 3, H = 8, d_h = 8, batch 256, 5k steps, 3 seeds.
+    --quick: S = 8, batch 64, lr 3e-3, 2500 steps, 2 seeds."""
 
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/emergence-linear-map/)."""
-    quick: bool = False
-    """CPU-sized run: S = 8, batch 64, lr 3e-3, 2500 steps, 2 seeds."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+    train: Annotated[EmergenceConfig, Flat] = EmergenceConfig()
+    """the training run (linear map, transformer)."""
 
     def __post_init__(self):
-        super().__post_init__()
-        require(self.task == "linear_map", "task", self.task, "linear_map (this figure)")
-        require(self.model == "transformer", "model", self.model, "transformer (this figure)")
+        train = self.train
+        require(train.task == "linear_map", "task", train.task, "linear_map (this figure)")
+        require(train.model == "transformer", "model", train.model, "transformer (this figure)")
 
     def training(self) -> EmergenceConfig:
-        cfg = replace(self.experiment(), out=self.run_dir() / "training")
-        if self.quick:
-            cfg = replace(cfg, S=8, batch=64, lr=3e-3, steps=2500, chunk=500, log_every=25, seeds=2)
-        return cfg
+        """The run (stored in run_dir/training)."""
+        return replace(self.train, **QUICK) if self.quick else self.train
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+    def trainings(self) -> dict[str, EmergenceConfig]:
+        return {"training": self.training()}
 
 
-def drop_window(steps, cell_loss_i, t) -> tuple[int, int]:
-    """Rows (before, after) of a drop of one cell per ``RESPONSIBLE_RULE``: the last row before
-    the emergence step ``t`` with loss >= 0.9 ln 2, and the row of ``t``."""
-    after = int(np.nonzero(np.asarray(steps) == t)[0][0])
-    high = np.nonzero(np.asarray(cell_loss_i)[:after] >= 0.9 * math.log(2))[0]
-    return (int(high[-1]) if high.size else 0), after
-
-
-def responsible_heads(steps, cell_loss, pattern_mass, entropy, times):
-    """Per ``RESPONSIBLE_RULE`` for one seed: rows (cell, emergence step, head, entropy change of
-    that head, median entropy change of the others); ``pattern_mass`` (step, head, cell),
-    ``entropy`` (step, head)."""
-    rows = []
-    for i, t in enumerate(times):
-        if not np.isfinite(t):
-            continue
-        before, after = drop_window(steps, cell_loss[:, i], t)
-        gain = pattern_mass[after, :, i] - pattern_mass[before, :, i]
-        h = int(np.argmax(gain))
-        change = entropy[after] - entropy[before]
-        others = np.delete(change, h)
-        rows.append(
-            [
-                i,
-                float(t),
-                h + 1,
-                float(change[h]),
-                float(np.median(others)) if others.size else float("nan"),
-            ]
-        )
-    return rows
-
-
-def pattern_recovery(pattern_mass, times) -> tuple[float, float]:
-    """Per ``RECOVERY_RULE``: ``pattern_mass`` (head, cell) at the end, ``times`` (cell,) ->
-    (mean head-summed mass on supp(M_i) over emerged cells, the same over the others)."""
-    mass = np.asarray(pattern_mass, float).sum(0)
-    emerged = np.isfinite(np.asarray(times, float))
-    mean = lambda m: float(m.mean()) if m.size else float("nan")
-    return mean(mass[emerged]), mean(mass[~emerged])
-
-
-def compute(cfg: LinearMapConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: LinearMapConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     training = cfg.training()
-    emergence_training.run(training)
-    ds, _ = load(training.out)
-    stored = json.loads((training.out / "summary.json").read_text())
+    output = cfg.run_output(run_dir, "training")
+    ds = run_stored(training, output)
+    stored = read_summary(output.out)
     steps = ds["step"].values
     times = emergence_times(steps, ds["cell_loss"].values)
     entropy = ds["attention_entropy"].values[:, :, 0]  # first layer
@@ -131,17 +80,7 @@ def compute(cfg: LinearMapConfig) -> tuple[xr.Dataset, dict]:
         for k in range(ds.sizes["seed"])
     ]
     gaps = [r[3] - r[4] for seed in resp for r in seed]
-    highlight = None
-    if resp[0]:
-        cell, t, head = min(resp[0], key=lambda r: r[3] - r[4])[:3]
-        before, after = drop_window(steps, ds["cell_loss"].values[0, :, cell], t)
-        highlight = {
-            "seed": 0,
-            "cell": cell,
-            "head": head,
-            "step_before": int(steps[before]),
-            "step_after": int(steps[after]),
-        }
+    highlight = highlighted_drop(steps, ds["cell_loss"].values[0], resp[0])
     final_mass = ds["pattern_mass"].values[:, -1]
     recovery = [pattern_recovery(final_mass[k], times[k]) for k in range(ds.sizes["seed"])]
     data = xr.Dataset(
@@ -165,15 +104,15 @@ def compute(cfg: LinearMapConfig) -> tuple[xr.Dataset, dict]:
         },
     )
     summary = {
-        "training_run": str(training.out),
+        "training_run": str(output.out),
         "S": training.S,
         "s": training.s,
         "loss_floor": linear_map_floor(training.S),
         "step_height": linear_map_step_height(training.S),
-        "emergence_rule": emergence_training.EMERGENCE_RULE,
+        "emergence_rule": EMERGENCE_RULE,
         "emergence_steps_per_seed": times,
         "cells_emerged_per_seed": np.isfinite(times).sum(-1),
-        "plateau_rule": emergence_training.PLATEAU_RULE,
+        "plateau_rule": PLATEAU_RULE,
         "plateau_length_per_seed": stored["plateau_length_per_seed"],
         "final_loss_per_seed": ds["loss"].values[:, -1],
         "responsible_rule": RESPONSIBLE_RULE,
@@ -215,10 +154,6 @@ def report(summary: dict) -> str:
         + f"\nfloor L_min = {summary['loss_floor']:.4f} nats; mean entropy change of the "
         f"responsible head minus the others' median: {summary['mean_entropy_gap']:.3g} nats"
     )
-
-
-def run(cfg: LinearMapConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -331,3 +266,16 @@ def _matrix(ax, values, title, M=None, cmap="viridis", row=None):
             )
         )
     ax.set(title=title, xlabel="key: cell j of $x_0$", ylabel="query: cell i of $x_1$")
+
+
+FIGURE = Figure(
+    "emergence-linear-map",
+    "emergence",
+    "linear map mod 2: per-cell loss staircase with floor and step levels, head "
+    "entropies with the responsible heads, M vs the x_1 -> x_0 attention block (final, "
+    "and one head before/after a drop) and pattern mass (blog Fig. 3)",
+    LinearMapConfig,
+    compute,
+    plot,
+    report,
+)

@@ -10,77 +10,64 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.emergence import training as emergence_training
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.emergence.measurements import REACH_RULE, steps_to_floor
 from simulate.emergence.tasks import linear_map_floor
-from simulate.emergence.training import EmergenceConfig
-from simulate.store import load
+from simulate.emergence.training import EmergenceConfig, run_stored
 from theory.validation import require
 
-FIGURE_ID = "emergence-mixer"
 MODELS = ("mixer", "transformer")
-REACH_RULE = "steps to floor: first logged step with loss <= 1.05 L_min + 1e-3 nats (nan: never)"
+QUICK = {"S": 8, "batch": 64, "lr": 3e-3, "steps": 2000, "chunk": 500, "log_every": 25, "seeds": 2}
+"""--quick: S = 8, batch 64, lr 3e-3, 2000 steps, 2 seeds (and s = 3 only)."""
+QUICK_SPARSITIES = (3,)
 
 
 @dataclass(frozen=True)
-class MixerConfig(EmergenceConfig):
-    """Linear map S = 16, s in {3, 5, 7}, 10k steps, 3 seeds; Mixer and transformer."""
+class MixerConfig(FigureOptions):
+    """Linear map S = 16, s in {3, 5, 7}, 10k steps, 3 seeds; Mixer and transformer.
+    --quick: S = 8, s = 3, batch 64, lr 3e-3, 2000 steps, 2 seeds."""
 
+    train: Annotated[EmergenceConfig, Flat] = EmergenceConfig(steps=10_000)
+    """the training runs (linear map, no bias); model and s are swept."""
     sparsities: tuple[int, ...] = (3, 5, 7)
     """ones per row s of M, one pair of runs each."""
-    steps: int = 10_000
-    """optimizer steps per run."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/emergence-mixer/)."""
-    quick: bool = False
-    """CPU-sized run: S = 8, s = 3, batch 64, lr 3e-3, 2000 steps, 2 seeds."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
-        super().__post_init__()
-        require(self.task == "linear_map", "task", self.task, "linear_map (this figure)")
+        train = self.train
+        require(train.task == "linear_map", "task", train.task, "linear_map (this figure)")
         require(
-            len(self.sparsities) >= 1 and all(1 <= s <= self.S for s in self.sparsities),
+            len(self.sparsities) >= 1 and all(1 <= s <= train.S for s in self.sparsities),
             "sparsities",
             self.sparsities,
-            f"ones per row in 1..S = {self.S}",
+            f"ones per row in 1..S = {train.S}",
         )
 
     def trainings(self) -> dict[tuple[str, int], EmergenceConfig]:
-        cfg = self.experiment()
-        sparsities = self.sparsities
+        """(model, s) -> its run (stored in run_dir/{model}-s{s})."""
+        cfg, sparsities = self.train, self.sparsities
         if self.quick:
-            cfg = replace(cfg, S=8, batch=64, lr=3e-3, steps=2000, chunk=500, log_every=25, seeds=2)
-            sparsities = (3,)
+            cfg, sparsities = replace(cfg, **QUICK), QUICK_SPARSITIES
         return {
-            (m, s): replace(cfg, model=m, s=s, attention_bias=0.0, out=self.run_dir() / f"{m}-s{s}")
+            (m, s): replace(cfg, model=m, s=s, attention_bias=0.0)
             for s in sparsities
             for m in MODELS
         }
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def steps_to_floor(steps, loss, floor: float) -> float:
-    """Per ``REACH_RULE`` for one loss curve."""
-    hit = np.nonzero(np.asarray(loss) <= 1.05 * floor + 1e-3)[0]
-    return float(np.asarray(steps)[hit[0]]) if hit.size else float("nan")
-
-
-def compute(cfg: MixerConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: MixerConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     runs = cfg.trainings()
     sparsities = sorted({s for _, s in runs})
     curves, steps, seeds = {}, None, None
-    for key, training in runs.items():
-        emergence_training.run(training)
-        ds, _ = load(training.out)
-        curves[key] = ds["loss"].values
+    for (m, s), training in runs.items():
+        ds = run_stored(training, cfg.run_output(run_dir, f"{m}-s{s}"))
+        curves[m, s] = ds["loss"].values
         steps, seeds = ds["step"].values, ds["seed"].values
     S = next(iter(runs.values())).S
     floor = linear_map_floor(S)
@@ -102,7 +89,7 @@ def compute(cfg: MixerConfig) -> tuple[xr.Dataset, dict]:
         "final_loss_per_seed": loss[..., -1],
         "reach_rule": REACH_RULE,
         "steps_to_floor_per_seed": reach,
-        "runs": {f"{m}-s{s}": str(t.out) for (m, s), t in runs.items()},
+        "runs": {f"{m}-s{s}": str(run_dir / f"{m}-s{s}") for m, s in runs},
     }
     return data, summary
 
@@ -127,10 +114,6 @@ def report(summary: dict) -> str:
         )
         + f"\nfloor L_min = {summary['loss_floor']:.4f} nats (S = {summary['S']})"
     )
-
-
-def run(cfg: MixerConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -158,3 +141,15 @@ def plot(data: xr.Dataset, summary: dict):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "emergence-mixer",
+    "emergence",
+    "causal MLP-Mixer vs causal transformer on the linear map, loss vs step for several "
+    "sparsities (blog Fig. 6)",
+    MixerConfig,
+    compute,
+    plot,
+    report,
+)

@@ -11,44 +11,37 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.emergence import training as emergence_training
-from simulate.emergence.tasks import linear_map_floor
-from simulate.emergence.training import EmergenceConfig
-from simulate.store import load
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.emergence.measurements import SUCCESS_RULE, solved
+from simulate.emergence.tasks import linear_map_floor, sparsity_grid
+from simulate.emergence.training import EmergenceConfig, run_stored
 from theory.validation import require
 
-FIGURE_ID = "emergence-sparsity"
-SUCCESS_RULE = "solved: final loss <= 1.05 L_min(S) + 1e-3 nats (spec §6)"
-
-
-def default_grid(S: int) -> tuple[int, ...]:
-    """Every s for S <= 16; the spec's subset {1, 2, 4, 8, 16, 24, 30, 31} (within 1..S) beyond."""
-    if S <= 16:
-        return tuple(range(1, S + 1))
-    return tuple(s for s in (1, 2, 4, 8, 16, 24, 30, 31) if s <= S)
+QUICK = {"batch": 64, "lr": 3e-3, "steps": 1500, "chunk": 500, "log_every": 50, "seeds": 1}
+"""--quick: batch 64, lr 3e-3, 1500 steps, 1 seed (and S = 12, s in {1, 2, 6, 11})."""
+QUICK_GRID = {12: (1, 2, 6, 11)}
 
 
 @dataclass(frozen=True)
-class SparsityConfig(EmergenceConfig):
-    """S in {8, 16, 32}, all s (S = 32: a subset), 3 seeds, 5k steps (spec CPU setting)."""
+class SparsityConfig(FigureOptions):
+    """S in {8, 16, 32}, all s (S = 32: a subset), 3 seeds, 5k steps (spec CPU setting).
+    --quick: S = 12, s in {1, 2, 6, 11}, batch 64, lr 3e-3, 1500 steps, 1 seed."""
 
+    train: Annotated[EmergenceConfig, Flat] = EmergenceConfig()
+    """the training runs (linear map); S and s are swept."""
     sizes: tuple[int, ...] = (8, 16, 32)
-    """state sizes S, each with the grid of ``default_grid``."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/emergence-sparsity/)."""
-    quick: bool = False
-    """CPU-sized run: S = 12, s in {1, 2, 6, 11}, batch 64, lr 3e-3, 1500 steps, 1 seed."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+    """state sizes S, each with the grid of ``simulate.emergence.tasks.sparsity_grid``."""
 
     def __post_init__(self):
-        super().__post_init__()
-        require(self.task == "linear_map", "task", self.task, "linear_map (this figure)")
+        train = self.train
+        require(train.task == "linear_map", "task", train.task, "linear_map (this figure)")
         require(
             len(self.sizes) >= 1 and all(S >= 2 for S in self.sizes),
             "sizes",
@@ -57,28 +50,19 @@ class SparsityConfig(EmergenceConfig):
         )
 
     def trainings(self) -> dict[tuple[int, int], EmergenceConfig]:
-        cfg = self.experiment()
-        grid = {S: default_grid(S) for S in self.sizes}
+        """(S, s) -> its run (stored in run_dir/S{S}-s{s})."""
+        cfg, grid = self.train, {S: sparsity_grid(S) for S in self.sizes}
         if self.quick:
-            cfg = replace(cfg, batch=64, lr=3e-3, steps=1500, chunk=500, log_every=50, seeds=1)
-            grid = {12: (1, 2, 6, 11)}
-        return {
-            (S, s): replace(cfg, S=S, s=s, out=self.run_dir() / f"S{S}-s{s}")
-            for S, ss in grid.items()
-            for s in ss
-        }
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+            cfg, grid = replace(cfg, **QUICK), QUICK_GRID
+        return {(S, s): replace(cfg, S=S, s=s) for S, ss in grid.items() for s in ss}
 
 
-def compute(cfg: SparsityConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: SparsityConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     runs = cfg.trainings()
     keys = list(runs)
     final = []
-    for key in keys:
-        emergence_training.run(runs[key])
-        ds, _ = load(runs[key].out)
+    for S_, s_ in keys:
+        ds = run_stored(runs[S_, s_], cfg.run_output(run_dir, f"S{S_}-s{s_}"))
         final.append(ds["loss"].values[:, -1])
         seeds = ds["seed"].values
     final = np.stack(final)  # (run, seed)
@@ -94,7 +78,7 @@ def compute(cfg: SparsityConfig) -> tuple[xr.Dataset, dict]:
         },
         coords={"run": np.arange(len(keys)), "seed": seeds},
     )
-    solved = final <= 1.05 * floors[:, None] + 1e-3
+    solved_runs = solved(final, floors[:, None])
     summary = {
         "steps": next(iter(runs.values())).steps,
         "success_rule": SUCCESS_RULE,
@@ -103,7 +87,7 @@ def compute(cfg: SparsityConfig) -> tuple[xr.Dataset, dict]:
         "density": s / S,
         "final_loss_per_seed": final,
         "mean_final_loss": final.mean(1),
-        "solved_fraction": solved.mean(1),
+        "solved_fraction": solved_runs.mean(1),
         "log_binomial": [math.log(math.comb(int(a), int(b))) for a, b in zip(S, s)],
         "floors": floors,
     }
@@ -126,10 +110,6 @@ def report(summary: dict) -> str:
         format_table(["S", "s", "s/S", "final loss (nats)", "solved fraction", "ln C(S, s)"], rows)
         + f"\nbudget {summary['steps']} steps; {summary['success_rule']}"
     )
-
-
-def run(cfg: SparsityConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -165,3 +145,15 @@ def plot(data: xr.Dataset, summary: dict):
     ax.legend(fontsize=8, loc="lower center")
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "emergence-sparsity",
+    "emergence",
+    "linear map: final loss vs density s/S per state size S, with the floor and the "
+    "search-space size ln C(S, s) (blog Fig. 4 left)",
+    SparsityConfig,
+    compute,
+    plot,
+    report,
+)

@@ -16,95 +16,58 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from simulate.emergence import training as emergence_training
-from simulate.emergence.training import EmergenceConfig, emergence_times
-from simulate.store import load
-from theory.emergence import levels as emergence_theory
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from simulate.emergence.measurements import (
+    EMERGENCE_RULE,
+    LOTTERY_CURVE_RULE,
+    RUN_RULE,
+    emergence_times,
+    run_times,
+)
+from simulate.emergence.training import EmergenceConfig, run_stored
+from simulate.measure.survival import cdf, column_survival
+from theory.emergence.levels import lottery_pooled_survival, lottery_run_cdf
 from theory.validation import require
 
-FIGURE_ID = "emergence-times"
-LOTTERY_RULE = (
-    "lottery prediction (spec §5.3), cell by cell: Fbar_{i,H}(t) = "
-    "Fbar_{i,H0}(t)^(H/H0), Fbar_i = fraction of seeds in which cell i has not "
-    "emerged by step t, H0 the smallest H; per-cell CDF 1 - mean_i Fbar_{i,H}; "
-    "per-run CDF prod_i (1 - Fbar_{i,H}) (cells independent)"
-)
-RUN_RULE = (
-    "per-run emergence time: step at which the last output cell emerged; never (inf) "
-    "when a cell did not emerge within the budget"
-)
-
-
-def survival(steps, times) -> np.ndarray:
-    """Fraction of entries of ``times`` (nan: never) that have not emerged by each step."""
-    t = np.asarray(times, float).ravel()
-    t = np.where(np.isnan(t), np.inf, t)
-    return np.array([(t > step).mean() for step in steps])
-
-
-def cell_survival(steps, times) -> np.ndarray:
-    """Fbar_i(t): ``times`` (seed, cell) (nan: never) -> (step, cell) fraction of seeds in which
-    cell i has not emerged by each step."""
-    t = np.where(np.isnan(times), np.inf, np.asarray(times, float))
-    return (t[None] > np.asarray(steps, float)[:, None, None]).mean(1)
-
-
-def lottery_survival(cell_survival_h0, H: float, H0: float) -> np.ndarray:
-    """Lottery model: pooled survival with H heads, mean_i Fbar_{i,H0}^(H/H0) over the last axis."""
-    return np.mean(
-        emergence_theory.lottery_survival(np.asarray(cell_survival_h0, float), H0, H), axis=-1
-    )
-
-
-def lottery_run_cdf(cell_survival_h0, H: float, H0: float) -> np.ndarray:
-    """Lottery model, independent cells: P(every cell emerged) = prod_i (1 - Fbar_{i,H0}^(H/H0))."""
-    return np.prod(
-        emergence_theory.lottery_success(np.asarray(cell_survival_h0, float), H0, H), axis=-1
-    )
-
-
-def run_times(times) -> np.ndarray:
-    """Per ``RUN_RULE``: (..., cell) -> (...) step of the last cell, inf if one never emerged."""
-    t = np.asarray(times, float)
-    return np.where(np.isnan(t), np.inf, t).max(-1)
-
-
-def cdf(steps, values) -> np.ndarray:
-    """Fraction of ``values`` (inf: never) at or below each step."""
-    v = np.asarray(values, float).ravel()
-    return np.array([(v <= step).mean() for step in steps])
+QUICK = {
+    "S": 6,
+    "head_dim": 4,
+    "batch": 64,
+    "lr": 3e-3,
+    "steps": 1500,
+    "chunk": 500,
+    "log_every": 50,
+    "eval_batch": 128,
+}
+"""--quick: S = 6, d_h = 4, batch 64, lr 3e-3, 1500 steps, at least 32 seeds."""
 
 
 @dataclass(frozen=True)
-class TimesConfig(EmergenceConfig):
+class TimesConfig(FigureOptions):
     """Linear map s = 3, d_h = 8: H in {1, 2, 4, 8, 16} at S = 16 and S in {8, 16, 32} at H = 8,
-    32 seeds vmapped, 5k steps (spec CPU setting)."""
+    32 seeds vmapped, 5k steps (spec CPU setting). --quick: S = 6, H in {1, 2, 4, 8}; S in {4, 6}
+    at H = 8; d_h = 4, batch 64, lr 3e-3, 1500 steps, 32 seeds."""
 
+    train: Annotated[EmergenceConfig, Flat] = EmergenceConfig(seeds=32)
+    """the training runs (linear map, transformer, no bias); S and heads are swept."""
     head_counts: tuple[int, ...] = (1, 2, 4, 8, 16)
     """numbers of heads H of the sweep at fixed S, one vmapped run each."""
     sizes: tuple[int, ...] = (8, 16, 32)
     """state sizes S of the sweep at fixed H = size_heads."""
     size_heads: int = 8
     """H of the sweep over S."""
-    seeds: int = 32
-    """seeds per run, vmapped."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/emergence-times/)."""
-    quick: bool = False
-    """CPU-sized run: S = 6, H in {1, 2, 4, 8}; S in {4, 6} at H = 8; d_h = 4, batch 64,
-    lr 3e-3, 1500 steps, 32 seeds."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
-        super().__post_init__()
-        require(self.task == "linear_map", "task", self.task, "linear_map (this figure)")
-        require(self.model == "transformer", "model", self.model, "transformer (this figure)")
+        train = self.train
+        require(train.task == "linear_map", "task", train.task, "linear_map (this figure)")
+        require(train.model == "transformer", "model", train.model, "transformer (this figure)")
         require(
             len(self.head_counts) >= 1 and min(self.head_counts) >= 1,
             "head_counts",
@@ -112,28 +75,17 @@ class TimesConfig(EmergenceConfig):
             "numbers of heads >= 1",
         )
         require(
-            len(self.sizes) >= 1 and min(self.sizes) >= max(2, self.s),
+            len(self.sizes) >= 1 and min(self.sizes) >= max(2, train.s),
             "sizes",
             self.sizes,
-            f"state sizes S >= max(2, s = {self.s})",
+            f"state sizes S >= max(2, s = {train.s})",
         )
         require(self.size_heads >= 1, "size_heads", self.size_heads, "an integer >= 1")
 
     def base(self) -> EmergenceConfig:
-        cfg = self.experiment()
+        cfg = self.train
         if self.quick:
-            cfg = replace(
-                cfg,
-                S=6,
-                head_dim=4,
-                batch=64,
-                lr=3e-3,
-                steps=1500,
-                chunk=500,
-                log_every=50,
-                seeds=max(self.seeds, 32),
-                eval_batch=128,
-            )
+            cfg = replace(cfg, **QUICK, seeds=max(cfg.seeds, 32))
         return replace(cfg, attention_bias=0.0)
 
     def head_sweep(self) -> list[tuple[int, int]]:
@@ -147,34 +99,31 @@ class TimesConfig(EmergenceConfig):
         return [(S, self.size_heads) for S in sorted(sizes)]
 
     def trainings(self) -> dict[tuple[int, int], EmergenceConfig]:
+        """(S, H) -> its run (stored in run_dir/S{S}-H{H})."""
         base = self.base()
         return {
-            (S, H): replace(base, S=S, heads=H, out=self.run_dir() / f"S{S}-H{H}")
+            (S, H): replace(base, S=S, heads=H)
             for S, H in sorted({*self.head_sweep(), *self.size_sweep()})
         }
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def compute(cfg: TimesConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: TimesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     runs = cfg.trainings()
     times = {}
-    for key, training in runs.items():
-        emergence_training.run(training)
-        ds, _ = load(training.out)
+    for (S, H), training in runs.items():
+        ds = run_stored(training, cfg.run_output(run_dir, f"S{S}-H{H}"))
         steps = ds["step"].values
-        times[key] = emergence_times(steps, ds["cell_loss"].values)  # (seed, cell)
+        times[S, H] = emergence_times(steps, ds["cell_loss"].values)  # (seed, cell)
     heads, sizes = cfg.head_sweep(), cfg.size_sweep()
     counts = [H for _, H in heads]
     H0 = counts[0]
-    ref = cell_survival(steps, times[heads[0]])  # (step, cell)
-    cell_cdf = np.stack([1 - survival(steps, times[k]) for k in heads])
-    lottery_cell = np.stack([1 - lottery_survival(ref, H, H0) for H in counts])
+    ref = column_survival(steps, times[heads[0]])  # (step, cell)
+    cell_cdf = np.stack([cdf(steps, times[k]) for k in heads])
+    lottery_cell = np.stack([1 - lottery_pooled_survival(ref, H0, H) for H in counts])
     run_t = np.stack([run_times(times[k]) for k in heads])  # (H, seed)
     run_cdf = np.stack([cdf(steps, t) for t in run_t])
-    lottery_run = np.stack([lottery_run_cdf(ref, H, H0) for H in counts])
-    size_cell_cdf = np.stack([1 - survival(steps, times[k]) for k in sizes])
+    lottery_run = np.stack([lottery_run_cdf(ref, H0, H) for H in counts])
+    size_cell_cdf = np.stack([cdf(steps, times[k]) for k in sizes])
     size_run_t = np.stack([run_times(times[k]) for k in sizes])
     size_run_cdf = np.stack([cdf(steps, t) for t in size_run_t])
     seeds = np.arange(runs[heads[0]].seeds)
@@ -209,9 +158,9 @@ def compute(cfg: TimesConfig) -> tuple[xr.Dataset, dict]:
         "lr": base.lr,
         "seeds": base.seeds,
         "steps": base.steps,
-        "emergence_rule": emergence_training.EMERGENCE_RULE,
+        "emergence_rule": EMERGENCE_RULE,
         "run_rule": RUN_RULE,
-        "lottery_rule": LOTTERY_RULE,
+        "lottery_rule": LOTTERY_CURVE_RULE,
         "fraction_emerged": cell_cdf[:, -1],
         "lottery_fraction_emerged": lottery_cell[:, -1],
         "median_emergence_step": [float(np.median(f)) if f.size else float("nan") for f in finite],
@@ -270,10 +219,6 @@ def report(summary: dict) -> str:
         + f"\nS = {summary['S']} in the H sweep; {summary['seeds']} seeds per run, budget "
         f"{summary['steps']} steps"
     )
-
-
-def run(cfg: TimesConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -358,3 +303,15 @@ def plot(data: xr.Dataset, summary: dict):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "emergence-times",
+    "emergence",
+    "linear map: CDFs over 32 vmapped seeds of per-cell and per-run emergence times vs "
+    "H and vs S, fraction of runs never emerged, with the lottery prediction",
+    TimesConfig,
+    compute,
+    plot,
+    report,
+)

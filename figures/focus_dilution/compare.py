@@ -17,28 +17,25 @@ Three comparisons, one table each (stdout and summary.json) and one figure:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import jax
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.focus_dilution.common import (
-    PI_DEFAULT,
-    STAGES,
-    mark_predicted,
-    onset_rules,
-    plateaus,
-    predictions,
-    shade_stages,
-)
+from figures.core.drawing import mark_times, shade_stages
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.focus_dilution.common import STAGES
 from simulate.focus_dilution import training
-from simulate.focus_dilution.flow import initial_parameters, run_onsets, solve_flow
+from simulate.focus_dilution.flow import initial_parameters, solve_flow
+from simulate.focus_dilution.measure import ONSET_RULES, plateaus, run_onsets
+from simulate.focus_dilution.predictions import predictions
 from simulate.store import load
 from simulate.train import seed_streams
-from theory.focus_dilution.population import transition_matrix
 from theory.validation import require
 
 FIGURE_ID = "compare-focus-dilution"
@@ -46,42 +43,33 @@ LEVEL_NAMES = ("ln d", "H(pi)", None, "L(Stage-IV point)")
 """the plateau each stage leaves (none is predicted before Stage III, which follows II at O(1))."""
 
 
-@dataclass(frozen=True)
-class CompareConfig:
-    """Predicted against measured stages: population flow, finite-sample GD, finite-sample Adam
-    (default pi, lambda = 0.5, eps = 1e-3, m = m_k = 16)."""
+QUICK_GD = {"seeds": 1, "context": 128, "train_size": 1024, "lr": 0.1}
+"""--quick: the gradient-descent run (and the flow beside it)."""
+QUICK_ADAM_STEPS = 1500
 
-    seeds: int = 3
-    """init seeds of the flow and gradient-descent runs (vmapped)."""
-    eps: float = 1e-3
-    """init scale of every run."""
-    context: int = 256
-    """s, context length of the finite-sample model."""
-    train_size: int = 2048
-    """sampled training sequences of the finite-sample model."""
-    lr: float = 0.05
-    """gradient-descent step (time per step)."""
+
+@dataclass(frozen=True)
+class CompareConfig(FigureOptions):
+    """Predicted against measured stages: population flow, finite-sample GD, finite-sample Adam
+    (default pi, lambda = 0.5, eps = 1e-3, m = m_k = 16). --quick: one seed, context 128, 1024
+    sequences, lr 0.1, 1500 Adam steps."""
+
+    train: Annotated[training.FocusDilutionConfig, Flat] = training.FocusDilutionConfig(
+        seeds=3, context=256, train_size=2048, lr=0.05, init_scale=1e-3
+    )
+    """the finite-sample model and its gradient-descent run (its seeds, pi, lambda and init scale
+    are those of the population flow too; --steps, --log-every and --chunk are set from the
+    horizon: 10 steps per logged row, chunks of 500)."""
     adam_lr: float = 0.003
     """Adam learning rate."""
     adam_steps: int = 3000
     """Adam steps."""
     horizon: float = 1.3
     """run to this multiple of the predicted Stage-IV onset t_IV."""
-    quick: bool = False
-    """CPU-sized: one seed, context 128, 1024 sequences, lr 0.1, 1500 Adam steps."""
-    out: Path = Path("runs")
-    """output directory (the comparison goes to OUT/compare-focus-dilution/)."""
-    quiet: bool = False
-    """no progress bars."""
-    replot: bool = False
-    """redraw the figure and tables from the stored comparison; nothing is recomputed."""
 
     def __post_init__(self):
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(0 < self.eps < 1, "eps", self.eps, "an init scale in (0, 1)")
-        require(self.context >= 2, "context", self.context, "a context length >= 2")
-        require(self.train_size >= 1, "train_size", self.train_size, "an integer >= 1")
-        require(self.lr > 0 and self.adam_lr > 0, "lr", self.lr, "learning rates > 0")
+        require(self.train.source == "markov", "source", self.train.source, "markov")
+        require(self.adam_lr > 0, "adam_lr", self.adam_lr, "a learning rate > 0")
         require(
             self.adam_steps >= 100 and self.adam_steps % 100 == 0,
             "adam_steps",
@@ -90,42 +78,21 @@ class CompareConfig:
         )
         require(self.horizon > 1, "horizon", self.horizon, "a multiple > 1 of t_IV")
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
-
     def finite(self, optimizer: str, t_end: float) -> training.FocusDilutionConfig:
-        n_seeds, context, train_size, lr, adam_steps = (
-            (1, 128, 1024, 0.1, 1500)
-            if self.quick
-            else (self.seeds, self.context, self.train_size, self.lr, self.adam_steps)
-        )
+        """The finite-sample run under ``optimizer`` (gd or adam) up to flow time ``t_end``."""
+        base = replace(self.train, **QUICK_GD) if self.quick else self.train
         if optimizer == "gd":
-            log_every = 10
-            steps = int(np.ceil(t_end / lr / 500)) * 500
-            return training.FocusDilutionConfig(
-                context=context,
-                train_size=train_size,
-                lr=lr,
-                init_scale=self.eps,
-                steps=steps,
-                log_every=log_every,
-                chunk=500,
-                seeds=n_seeds,
-                quiet=self.quiet,
-                out=self.run_dir() / "finite-gd",
-            )
-        return training.FocusDilutionConfig(
-            context=context,
-            train_size=train_size,
+            steps = int(np.ceil(t_end / base.lr / 500)) * 500
+            return replace(base, steps=steps, log_every=10, chunk=500)
+        adam_steps = QUICK_ADAM_STEPS if self.quick else self.adam_steps
+        return replace(
+            base,
             optimizer="adam",
             lr=self.adam_lr,
-            init_scale=self.eps,
             steps=adam_steps,
             log_every=5,
             chunk=100,
             seeds=1,
-            quiet=self.quiet,
-            out=self.run_dir() / "finite-adam",
         )
 
 
@@ -158,18 +125,18 @@ def _finite(reduce, x) -> float:
     return float(reduce(x)) if np.isfinite(x).any() else float("nan")
 
 
-def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
-    pi = np.asarray(PI_DEFAULT)
-    P = transition_matrix(pi, 0.5)
-    pred = predictions(pi, P, cfg.eps)
+def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    pi, P = cfg.train.chain()
+    eps = cfg.train.init_scale
+    pred = predictions(pi, P, eps)
     t_end = cfg.horizon * pred["onsets"][3]
     gd_cfg = cfg.finite("gd", t_end)
     seed_ids = gd_cfg.seed_ids
     # the population flow starts from the training runs' own initial parameters
     keys = seed_streams(seed_ids)["init"]
-    init = jax.vmap(lambda k: initial_parameters(k, pi.size, gd_cfg.m, gd_cfg.m_k, cfg.eps))(keys)
+    init = jax.vmap(lambda k: initial_parameters(k, pi.size, gd_cfg.m, gd_cfg.m_k, eps))(keys)
     t_grid = gd_cfg.lr * np.arange(0, gd_cfg.steps + 1, gd_cfg.log_every)
-    pop = solve_flow(pi, P, cfg.eps, seed_ids, t_grid, init=init, progress=not cfg.quiet)
+    pop = solve_flow(pi, P, eps, seed_ids, t_grid, init=init, progress=not cfg.quiet)
     pop_onsets = run_onsets(pop)
     pop_levels = np.array(
         [
@@ -177,7 +144,8 @@ def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
             for r in range(len(seed_ids))
         ]
     )
-    gd_ds, _ = load(training.run(gd_cfg))
+    gd_out = cfg.run_output(run_dir, "finite-gd")
+    gd_ds, _ = load(training.run(gd_cfg, gd_out))
     gd = training.as_runs(gd_ds, gd_cfg)
     gd_onsets = run_onsets(gd)
     gd_levels = np.array(
@@ -187,7 +155,8 @@ def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
         ]
     )
     adam_cfg = cfg.finite("adam", t_end)
-    adam_ds, _ = load(training.run(adam_cfg))
+    adam_out = cfg.run_output(run_dir, "finite-adam")
+    adam_ds, _ = load(training.run(adam_cfg, adam_out))
     adam = training.as_runs(adam_ds, adam_cfg)
     adam_onsets = run_onsets(adam)
     adam_levels = np.array(
@@ -224,15 +193,15 @@ def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
     )
     summary = {
         "setting": {
-            "pi": list(PI_DEFAULT),
-            "lambda": 0.5,
-            "eps": cfg.eps,
+            "pi": list(cfg.train.pi),
+            "lambda": cfg.train.lam,
+            "eps": eps,
             "seeds": seed_ids,
             "m": gd_cfg.m,
             "m_k": gd_cfg.m_k,
         },
         "predicted": pred,
-        "onset_rules": onset_rules(),
+        "onset_rules": dict(ONSET_RULES),
         "plateau_rule": "before I: the loss at t = 0; before II: the flattest loss between onsets "
         "I and II; before IV: the flattest between III and IV (population loss "
         "of the parameters for the finite-sample runs)",
@@ -250,7 +219,7 @@ def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
                 "lr": gd_cfg.lr,
                 "steps": gd_cfg.steps,
             },
-            "run": str(gd_cfg.out),
+            "run": str(gd_out.out),
         },
         "finite_adam": {
             "onsets_steps": adam_onsets[0],
@@ -264,7 +233,7 @@ def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
                 "lr": adam_cfg.lr,
                 "steps": adam_cfg.steps,
             },
-            "run": str(adam_cfg.out),
+            "run": str(adam_out.out),
         },
     }
     return data, summary
@@ -327,10 +296,6 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: CompareConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -338,8 +303,8 @@ def plot(data: xr.Dataset, summary: dict):
     t = data["t"].values
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     (ax_loss, ax_on), (ax_obs, ax_adam) = axes
-    shade_stages(ax_loss, data["pop_onset"].values[0], t[-1])
-    mark_predicted(ax_loss, pred["onsets"])
+    shade_stages(ax_loss, data["pop_onset"].values[0], t[-1], names=STAGES)
+    mark_times(ax_loss, pred["onsets"], names=STAGES, legend="predicted onsets")
     ax_loss.plot(t, data["pop_loss"].values[0], "k", label="population flow")
     ax_loss.plot(
         t,
@@ -410,12 +375,12 @@ def plot(data: xr.Dataset, summary: dict):
         t, data["gd_sigma2"].values[0], color="tab:red", ls=":", label=r"$\sigma_2(W_0)$ finite GD"
     )
     twin.set(yscale="log", ylabel=r"$\sigma_2(W_0)$ (dotted)")
-    mark_predicted(ax_obs, pred["onsets"], label=False)
+    mark_times(ax_obs, pred["onsets"], names=STAGES, legend=None)
     ax_obs.legend(fontsize=7, loc="center left")
     twin.legend(fontsize=7, loc="center right")
     ax_obs.set_title("focus (II) and the second embedding direction (IV)")
     steps = data["adam_step"].values
-    shade_stages(ax_adam, data["adam_onset"].values[0], steps[-1])
+    shade_stages(ax_adam, data["adam_onset"].values[0], steps[-1], names=STAGES)
     ax_adam.plot(steps, data["adam_loss"].values, "tab:blue", lw=0.8, label="validation loss")
     ax_adam.plot(
         steps,
@@ -435,3 +400,16 @@ def plot(data: xr.Dataset, summary: dict):
     fig.suptitle("Focus and dilution: predicted against measured stages")
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="focus-dilution stages predicted vs measured: population flow, finite-sample GD "
+    "and Adam (levels and onsets)",
+    config=CompareConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+    kind="comparison",
+)

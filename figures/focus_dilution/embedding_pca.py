@@ -12,22 +12,25 @@ drawn as arrows. Bottom: the PC coordinates against t (seed 0) and the redistrib
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.focus_dilution.common import (
-    STAGES,
-    TOKEN_COLORS,
-    FlowSetting,
+from figures.core.drawing import mark_times, shade_stages
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting
+from simulate.focus_dilution.flow import solve_flow, time_grid
+from simulate.focus_dilution.measure import (
+    ONSET_RULES,
     growth_of_D,
-    mark_predicted,
-    onset_rules,
-    predictions,
-    shade_stages,
+    principal_components,
+    run_onsets,
 )
-from simulate.focus_dilution.flow import run_onsets, solve_flow, time_grid
+from simulate.focus_dilution.predictions import predictions
 from theory.focus_dilution.manifold import redistribution_response
 
 FIGURE_ID = "focus-dilution-embedding-pca"
@@ -35,43 +38,31 @@ ONSET_MARKERS = ("o", "s", "^", "D")
 
 
 @dataclass(frozen=True)
-class PcaConfig(FlowSetting):
+class PcaConfig(FigureOptions):
     """As focus-dilution-stages: default pi, lambda = 0.5, eps = 1e-3, 3 seeds. --quick: one
     seed, 800 saved times."""
+
+    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=3)
+    """the population flow (as focus-dilution-stages)."""
 
     horizon: float = 1.6
     """integrate to this multiple of the predicted Stage-IV onset t_IV."""
 
-    def run_dir(self):
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def principal_components(rows: np.ndarray, k: int = 3):
-    """PCs of embedding rows pooled over time and tokens: ``rows (time, token, width)`` ->
-    ``(scores (time, token, k), explained variance ratios (k,), components (k, width))``; the
-    rows are centred on their pooled mean."""
-    X = rows.reshape(-1, rows.shape[-1])
-    mean = X.mean(axis=0)
-    _, s, Vt = np.linalg.svd(X - mean, full_matrices=False)
-    k = min(k, Vt.shape[0])
-    scores = (rows - mean) @ Vt[:k].T
-    return scores, (s[:k] ** 2) / np.sum(s**2), Vt[:k], mean
-
-
-def compute(cfg: PcaConfig) -> tuple[xr.Dataset, dict]:
-    pi, P = cfg.chain()
-    pred = predictions(pi, P, cfg.eps)
+def compute(cfg: PcaConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    pi, P = cfg.flow.chain()
+    pred = predictions(pi, P, cfg.flow.eps)
     response = redistribution_response(pi, P)
-    n_seeds, samples = (1, 800) if cfg.quick else (cfg.seeds, cfg.samples)
-    seeds = cfg.seed_ids(n_seeds)
+    n_seeds, samples = (1, 800) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples)
+    seeds = cfg.flow.seed_ids[:n_seeds]
     data = solve_flow(
         pi,
         P,
-        [cfg.eps] * n_seeds,
+        [cfg.flow.eps] * n_seeds,
         seeds,
         time_grid(cfg.horizon * pred["onsets"][3], samples),
-        m=cfg.width,
-        m_k=cfg.key_width,
+        m=cfg.flow.width,
+        m_k=cfg.flow.key_width,
         progress=not cfg.quiet,
     )
     onsets = run_onsets(data)
@@ -117,15 +108,15 @@ def compute(cfg: PcaConfig) -> tuple[xr.Dataset, dict]:
         retraction.append(1 - norms[k:][end[k:]].min(axis=0) / norms[k])
     summary = {
         "setting": {
-            "pi": cfg.pi,
-            "lambda": cfg.lam,
-            "eps": cfg.eps,
+            "pi": cfg.flow.pi,
+            "lambda": cfg.flow.lam,
+            "eps": cfg.flow.eps,
             "seeds": seeds,
-            "m": cfg.width,
-            "m_k": cfg.key_width,
+            "m": cfg.flow.width,
+            "m_k": cfg.flow.key_width,
         },
         "predicted": pred,
-        "onset_rules": onset_rules(),
+        "onset_rules": dict(ONSET_RULES),
         "onsets_per_seed": onsets,
         "explained_variance_per_seed": np.stack(ratios),
         "D_per_kappa_predicted": response.D_per_kappa,
@@ -155,10 +146,6 @@ def report(summary: dict) -> str:
         f"{summary['D_per_kappa_predicted']:.4g})\n"
         + format_table(["run", "PC1", "PC2", "PC3", "D/kappa measured"], rows)
     )
-
-
-def run(cfg: PcaConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -237,8 +224,8 @@ def plot(data: xr.Dataset, summary: dict):
     run = data.isel(run=0)
     ts = run["time"].values
     ax = fig.add_subplot(grid[1, 0])
-    shade_stages(ax, run["onset"].values, ts[-1])
-    mark_predicted(ax, summary["predicted"]["onsets"])
+    shade_stages(ax, run["onset"].values, ts[-1], names=STAGES)
+    mark_times(ax, summary["predicted"]["onsets"], names=STAGES, legend="predicted onsets")
     for k in range(data.sizes["token"]):
         ax.plot(ts, run["pc_score"].values[:, k, 0], color=TOKEN_COLORS[k % 6])
         ax.plot(ts, run["pc_score"].values[:, k, 1], color=TOKEN_COLORS[k % 6], ls="--")
@@ -273,3 +260,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="PCA of the embedding rows over time, theta_c^1, redistribution (experiment C)",
+    config=PcaConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

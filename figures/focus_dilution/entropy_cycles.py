@@ -5,92 +5,62 @@ theory §5.3-5.5).
 Top: per-query attention entropy ``H_q(t)`` with the reference levels ``H(pi)`` (unfocused) and
 ``ln d`` (uniform); bottom: per-token embedding norms ``||W0[k, :]||`` and the singular values of W0
 (a new one grows at each cycle). The turning points of every ``H_q`` (local extrema with
-prominence above ``TURN_PROMINENCE``) are counted: down-up-down is one cycle of focus, dilution and
-renewed focus.
+prominence above ``TURN_PROMINENCE`` of ``simulate.measure.turning_points``) are counted:
+down-up-down is one cycle of focus, dilution and renewed focus.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.focus_dilution.common import (
-    TOKEN_COLORS,
-    FlowSetting,
-    mark_predicted,
-    onset_rules,
-    predictions,
-    shade_stages,
-)
-from simulate.focus_dilution.flow import run_onsets, solve_flow, time_grid
+from figures.core.drawing import mark_times, shade_stages
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting
+from simulate.focus_dilution.flow import solve_flow, time_grid
+from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
+from simulate.focus_dilution.predictions import predictions
+from simulate.measure.turning_points import TURN_RULE, turning_points
 from theory.validation import require
 
 FIGURE_ID = "focus-dilution-entropy-cycles"
-TURN_PROMINENCE = 0.05
-"""nats: an entropy extremum counts as a turn when the curve moves at least this much away from
-it on both sides before turning again."""
 
 
 @dataclass(frozen=True)
-class CyclesConfig(FlowSetting):
+class CyclesConfig(FigureOptions):
     """Default pi, lambda = 0.5, eps = 1e-3, 3 seeds, horizon t = 3000 (two cycles). --quick:
     one seed, t = 2500, 1000 saved times."""
 
+    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=3, samples=2000)
+    """the population flow (default pi, lambda = 0.5, eps = 1e-3)."""
     t_max: float = 3000.0
     """horizon (gradient-flow time)."""
-    samples: int = 2000
-    """saved time points per run."""
 
     def __post_init__(self):
-        FlowSetting.__post_init__(self)
         require(self.t_max > 0, "t_max", self.t_max, "a horizon > 0")
 
-    def run_dir(self):
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def turning_points(values, prominence: float = TURN_PROMINENCE) -> list[tuple[int, str]]:
-    """Alternating extrema of a curve: ``(index, "min" | "max")``. A candidate extremum is kept
-    once the curve has moved ``prominence`` away from it (zig-zag rule); the end points are not
-    extrema."""
-    y = np.asarray(values, float)
-    turns: list[tuple[int, str]] = []
-    lo_i = hi_i = 0
-    direction = 0  # +1 rising, -1 falling, 0 not yet known
-    for i in range(1, y.size):
-        if y[i] > y[hi_i]:
-            hi_i = i
-        if y[i] < y[lo_i]:
-            lo_i = i
-        if direction >= 0 and y[hi_i] - y[i] > prominence:
-            if direction > 0:
-                turns.append((hi_i, "max"))
-            direction, lo_i = -1, i
-        elif direction <= 0 and y[i] - y[lo_i] > prominence:
-            if direction < 0:
-                turns.append((lo_i, "min"))
-            direction, hi_i = 1, i
-    return turns
-
-
-def compute(cfg: CyclesConfig) -> tuple[xr.Dataset, dict]:
-    pi, P = cfg.chain()
-    pred = predictions(pi, P, cfg.eps)
+def compute(cfg: CyclesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    pi, P = cfg.flow.chain()
+    pred = predictions(pi, P, cfg.flow.eps)
     n_seeds, samples, t_max = (
-        (1, 1000, 2500.0) if cfg.quick else (cfg.seeds, cfg.samples, cfg.t_max)
+        (1, 1000, 2500.0) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples, cfg.t_max)
     )
-    seeds = cfg.seed_ids(n_seeds)
+    seeds = cfg.flow.seed_ids[:n_seeds]
     data = solve_flow(
         pi,
         P,
-        [cfg.eps] * n_seeds,
+        [cfg.flow.eps] * n_seeds,
         seeds,
         time_grid(t_max, samples),
-        m=cfg.width,
-        m_k=cfg.key_width,
+        m=cfg.flow.width,
+        m_k=cfg.flow.key_width,
         progress=not cfg.quiet,
     )
     onsets = run_onsets(data)
@@ -98,7 +68,7 @@ def compute(cfg: CyclesConfig) -> tuple[xr.Dataset, dict]:
         ["attention_entropy", "token_norm", "sv_W0", "loss", "focus_mass", "pi", "solver_steps"]
     ]
     data["onset"] = (("run", "stage"), onsets)
-    data = data.assign_coords(stage=["I", "II", "III", "IV"])
+    data = data.assign_coords(stage=list(STAGES))
     turns = []
     for r in range(n_seeds):
         ts = data["time"].values[r]
@@ -117,18 +87,18 @@ def compute(cfg: CyclesConfig) -> tuple[xr.Dataset, dict]:
     ]
     summary = {
         "setting": {
-            "pi": cfg.pi,
-            "lambda": cfg.lam,
-            "eps": cfg.eps,
+            "pi": cfg.flow.pi,
+            "lambda": cfg.flow.lam,
+            "eps": cfg.flow.eps,
             "seeds": seeds,
             "t_max": t_max,
-            "m": cfg.width,
-            "m_k": cfg.key_width,
+            "m": cfg.flow.width,
+            "m_k": cfg.flow.key_width,
         },
         "predicted": pred,
-        "onset_rules": onset_rules(),
+        "onset_rules": dict(ONSET_RULES),
         "onsets_per_seed": onsets,
-        "turn_rule": f"zig-zag extrema of H_q(t) with prominence {TURN_PROMINENCE} nats",
+        "turn_rule": TURN_RULE,
         "entropy_turns_per_seed": turns,
         "entropy_turn_counts_per_seed": [[len(v) for v in t] for t in turns],
         "norm_turn_counts_per_seed": norm_turns,
@@ -150,10 +120,6 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: CyclesConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -163,8 +129,10 @@ def plot(data: xr.Dataset, summary: dict):
     pi = run["pi"].values
     fig, (ax_h, ax_n) = plt.subplots(2, 1, figsize=(13, 9), sharex=True)
     for ax in (ax_h, ax_n):
-        shade_stages(ax, run["onset"].values, ts[-1], label=ax is ax_h)
-        mark_predicted(ax, pred["onsets"], label=ax is ax_h)
+        shade_stages(ax, run["onset"].values, ts[-1], names=STAGES, label=ax is ax_h)
+        mark_times(
+            ax, pred["onsets"], names=STAGES, legend="predicted onsets" if ax is ax_h else None
+        )
     turns = summary["entropy_turns_per_seed"][0]
     for q in range(data.sizes["query"]):
         H = run["attention_entropy"].values[:, q]
@@ -206,3 +174,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="per-query attention entropy and embedding norms over two cycles (experiment D)",
+    config=CyclesConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

@@ -11,13 +11,19 @@ rate mu_IV) marked on the time axis. sigma and theta_c^1 depend on pi only, so S
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.focus_dilution.common import FlowSetting, onset_rules, predictions
-from simulate.focus_dilution.flow import run_onsets, solve_flow, time_grid
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.focus_dilution.common import FlowSetting
+from simulate.focus_dilution.flow import solve_flow, time_grid
+from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
+from simulate.focus_dilution.predictions import predictions
 from theory.focus_dilution.population import reversible_transition, transition_matrix
 from theory.validation import require
 
@@ -25,7 +31,7 @@ FIGURE_ID = "focus-dilution-same-pi"
 
 
 @dataclass(frozen=True)
-class SamePiConfig(FlowSetting):
+class SamePiConfig(FigureOptions):
     """Default pi; lazy chains lambda in {0.2, 0.5, 0.8} and two Metropolis-Hastings chains;
     eps = 1e-3, one shared init seed. --quick: lambda in {0.5, 0.8} and one MH chain, 800 saved
     times."""
@@ -34,13 +40,12 @@ class SamePiConfig(FlowSetting):
     """repeat probabilities of the lazy chains, each in [0, 1)."""
     mh_chains: int = 2
     """Metropolis-Hastings chains (proposal Q = (U + U^T)/(2d), U uniform, seeds 0, 1, ...)."""
-    seeds: int = 1
-    """init seeds (shared by every chain)."""
+    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=1)
+    """the population flow (its lambda is not used; init seeds are shared by every chain)."""
     horizon: float = 1.3
     """integrate each chain to this multiple of its predicted Stage-IV onset."""
 
     def __post_init__(self):
-        FlowSetting.__post_init__(self)
         require(
             all(0 <= x < 1 for x in self.lambdas),
             "lambdas",
@@ -55,11 +60,8 @@ class SamePiConfig(FlowSetting):
             "two or more chains in all (lambdas + mh_chains)",
         )
 
-    def run_dir(self):
-        return figure_dir(self.out, FIGURE_ID)
-
     def chains(self) -> dict[str, np.ndarray]:
-        pi = np.asarray(self.pi)
+        pi = np.asarray(self.flow.pi)
         lambdas, mh = ((0.5, 0.8), 1) if self.quick else (self.lambdas, self.mh_chains)
         out = {f"lazy lambda = {lam:g}": transition_matrix(pi, lam) for lam in lambdas}
         for k in range(mh):
@@ -68,11 +70,11 @@ class SamePiConfig(FlowSetting):
         return out
 
 
-def compute(cfg: SamePiConfig) -> tuple[xr.Dataset, dict]:
-    pi = np.asarray(cfg.pi)
+def compute(cfg: SamePiConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    pi = np.asarray(cfg.flow.pi)
     chains = cfg.chains()
-    samples = 800 if cfg.quick else cfg.samples
-    preds = {name: predictions(pi, P, cfg.eps) for name, P in chains.items()}
+    samples = 800 if cfg.quick else cfg.flow.samples
+    preds = {name: predictions(pi, P, cfg.flow.eps) for name, P in chains.items()}
     for name, p in preds.items():
         require(
             p["c"] > 0,
@@ -81,7 +83,7 @@ def compute(cfg: SamePiConfig) -> tuple[xr.Dataset, dict]:
             f"a chain with Stage-II rate c_P > 0 (c_P = {p['c']:.3g}: no focus stage)",
         )
     names = list(chains)
-    seeds = cfg.seed_ids(1 if cfg.quick else cfg.seeds)
+    seeds = cfg.flow.seed_ids[: 1 if cfg.quick else cfg.flow.seeds]
     runs = [(n, s) for n in names for s in seeds]
     grids = [
         time_grid(cfg.horizon * preds[n]["onsets"][3], samples, t_dense=300.0) for n, _ in runs
@@ -89,11 +91,11 @@ def compute(cfg: SamePiConfig) -> tuple[xr.Dataset, dict]:
     data = solve_flow(
         pi,
         [chains[n] for n, _ in runs],
-        cfg.eps,
+        cfg.flow.eps,
         [s for _, s in runs],
         grids,
-        m=cfg.width,
-        m_k=cfg.key_width,
+        m=cfg.flow.width,
+        m_k=cfg.flow.key_width,
         progress=not cfg.quiet,
     )
     data = data[
@@ -131,14 +133,14 @@ def compute(cfg: SamePiConfig) -> tuple[xr.Dataset, dict]:
         )
     summary = {
         "setting": {
-            "pi": cfg.pi,
-            "eps": cfg.eps,
+            "pi": cfg.flow.pi,
+            "eps": cfg.flow.eps,
             "seeds": seeds,
-            "m": cfg.width,
-            "m_k": cfg.key_width,
+            "m": cfg.flow.width,
+            "m_k": cfg.flow.key_width,
         },
         "sigma": preds[names[0]]["sigma"],
-        "onset_rules": onset_rules(),
+        "onset_rules": dict(ONSET_RULES),
         "rows": rows,
         "stage_one_spread": float(np.nanmax(onsets[:, 0]) - np.nanmin(onsets[:, 0])),
         "solver_steps": data["solver_steps"].values,
@@ -167,10 +169,6 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: SamePiConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -193,7 +191,7 @@ def plot(data: xr.Dataset, summary: dict):
         axes[2].plot(ts[1:], run["sv_W0"].values[1:, 0], color=color, label=label)
         axes[2].plot(ts[1:], run["sv_W0"].values[1:, 1], color=color, ls="--")
         for ax in axes:
-            for k, t in enumerate(run["onset"].values):
+            for t in run["onset"].values:
                 if np.isfinite(t):
                     ax.plot(
                         t,
@@ -242,3 +240,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="chains with the same pi: Stage I shared, Stage II at c_P (experiment B)",
+    config=SamePiConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

@@ -12,59 +12,58 @@ dashed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.focus_dilution.common import (
-    STAGES,
-    TOKEN_COLORS,
-    FlowSetting,
-    growth_of_D,
-    mark_predicted,
-    onset_rules,
-    plateaus,
-    predictions,
-    shade_stages,
-)
-from simulate.focus_dilution.flow import (
+from figures.core.drawing import mark_times, shade_stages
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting
+from simulate.focus_dilution.flow import solve_flow, time_grid
+from simulate.focus_dilution.measure import (
+    ONSET_RULES,
+    PLATEAU_RULE,
     RATE_WINDOW_RULE,
+    growth_of_D,
     measured_rates,
+    plateaus,
     run_onsets,
-    solve_flow,
-    time_grid,
 )
+from simulate.focus_dilution.predictions import predictions
 
 FIGURE_ID = "focus-dilution-stages"
 
 
 @dataclass(frozen=True)
-class StagesConfig(FlowSetting):
+class StagesConfig(FigureOptions):
     """Synthetic experiment A: pi = (0.75, 0.19, 0.05, 0.01), lambda = 0.5, eps = 1e-3, 3 seeds,
     population gradient flow (diffrax, float64). --quick: one seed, 800 saved times."""
+
+    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=3)
+    """the population flow (synthetic experiment A)."""
 
     horizon: float = 1.6
     """integrate to this multiple of the predicted Stage-IV onset t_IV."""
 
-    def run_dir(self):
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def compute(cfg: StagesConfig) -> tuple[xr.Dataset, dict]:
-    pi, P = cfg.chain()
-    pred = predictions(pi, P, cfg.eps)
+def compute(cfg: StagesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    pi, P = cfg.flow.chain()
+    pred = predictions(pi, P, cfg.flow.eps)
     t_max = cfg.horizon * pred["onsets"][3]
-    n_seeds, samples = (1, 800) if cfg.quick else (cfg.seeds, cfg.samples)
-    seeds = cfg.seed_ids(n_seeds)
+    n_seeds, samples = (1, 800) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples)
+    seeds = cfg.flow.seed_ids[:n_seeds]
     data = solve_flow(
         pi,
         P,
-        [cfg.eps] * n_seeds,
+        [cfg.flow.eps] * n_seeds,
         seeds,
         time_grid(t_max, samples),
-        m=cfg.width,
-        m_k=cfg.key_width,
+        m=cfg.flow.width,
+        m_k=cfg.flow.key_width,
         progress=not cfg.quiet,
     )
     onsets = run_onsets(data)
@@ -85,22 +84,21 @@ def compute(cfg: StagesConfig) -> tuple[xr.Dataset, dict]:
         g_meas.append(float(data["sv_W0"].values[r, k, 0]))
     summary = {
         "setting": {
-            "pi": cfg.pi,
-            "lambda": cfg.lam,
-            "eps": cfg.eps,
-            "m": cfg.width,
-            "m_k": cfg.key_width,
+            "pi": cfg.flow.pi,
+            "lambda": cfg.flow.lam,
+            "eps": cfg.flow.eps,
+            "m": cfg.flow.width,
+            "m_k": cfg.flow.key_width,
             "seeds": seeds,
             "t_max": t_max,
         },
         "predicted": pred,
-        "onset_rules": onset_rules(),
+        "onset_rules": dict(ONSET_RULES),
         "rate_rule": RATE_WINDOW_RULE,
         "onsets_per_seed": onsets,
         "rates_per_seed": rates,
         "plateaus_per_seed": levels,
-        "plateau_rule": "ln d: the loss at t = 0; H(pi): the "
-        "flattest loss between onsets I and II; L_IV: the flattest between III and IV",
+        "plateau_rule": PLATEAU_RULE,
         "g_measured_per_seed": g_meas,
         "stage_order_ok": [bool(np.all(np.diff(o) > 0)) for o in onsets],
         "solver_steps": data["solver_steps"].values,
@@ -140,10 +138,6 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: StagesConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -154,8 +148,10 @@ def plot(data: xr.Dataset, summary: dict):
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     (ax_sv, ax_att), (ax_loss, ax_rate) = axes
     for ax in axes.ravel():
-        shade_stages(ax, onsets, ts[-1], label=ax is ax_loss)
-        mark_predicted(ax, pred["onsets"], label=ax is ax_loss)
+        shade_stages(ax, onsets, ts[-1], names=STAGES, label=ax is ax_loss)
+        mark_times(
+            ax, pred["onsets"], names=STAGES, legend="predicted onsets" if ax is ax_loss else None
+        )
     styles = {"W0": "tab:blue", "W1": "tab:orange", "WQ": "tab:green", "WK": "tab:red"}
     for name, color in styles.items():
         sv = run[f"sv_{name}"].values
@@ -248,3 +244,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="flow: singular values, attention on token 0, loss plateaus, rates (experiment A)",
+    config=StagesConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

@@ -14,21 +14,32 @@ same compiled program.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.focus_dilution.common import FlowSetting, measured_plateau
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.focus_dilution.common import STAGES, FlowSetting
 from simulate.focus_dilution.flow import (
-    RATE_WINDOW_RULE,
-    fit_rate,
-    measured_rates,
-    run_onsets,
     solve_flow,
     stage_four_point,
     symmetry_breaking_slope,
     time_grid,
+)
+from simulate.focus_dilution.measure import (
+    MU_WINDOW_HI,
+    MU_WINDOW_LO,
+    RATE_WINDOW_RULE,
+    STALL_RULE,
+    fit_rate,
+    measured_plateau,
+    measured_rates,
+    run_onsets,
+    stall,
 )
 from theory.focus_dilution.manifold import manifold_parameters, symmetric_pi
 from theory.focus_dilution.population import parameter_loss, transition_matrix
@@ -36,14 +47,10 @@ from theory.focus_dilution.stages import second_critical_point, stage_one_rate, 
 from theory.validation import require
 
 FIGURE_ID = "focus-dilution-symmetry-breaking"
-STALL_RULE = (
-    "delta = 0: slope of ln sigma_2(W0) over the second half of the run (0 = stall), "
-    "and |loss(end) - L_IV|"
-)
 
 
 @dataclass(frozen=True)
-class SymmetryConfig(FlowSetting):
+class SymmetryConfig(FigureOptions):
     """pi = (pi_1, r + delta, r, r - delta), r = (1 - pi_1)/3, lambda = 0.5, eps = 1e-3,
     delta in {0, 0.005, 0.01, 0.02, 0.04}. --quick: delta in {0, 0.01, 0.02, 0.04}, one seed,
     600 saved times per run."""
@@ -52,17 +59,14 @@ class SymmetryConfig(FlowSetting):
     """frequency of token 0 (the other three share 1 - pi_1, split by delta)."""
     deltas: tuple[float, ...] = (0.0, 0.005, 0.01, 0.02, 0.04)
     """asymmetries delta of the low-frequency tokens (0 <= delta < (1 - pi_1)/3); include 0."""
-    seeds: int = 1
-    """init seeds per delta."""
-    samples: int = 1000
-    """saved time points per run."""
+    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=1, samples=1000)
+    """the population flow (its pi is not used: see --pi-1 and --deltas; seeds per delta)."""
     horizon: float = 1.15
     """integrate each delta > 0 to this multiple of its predicted t_IV."""
     stall_horizon: float = 1.5
     """integrate delta = 0 to this multiple of the longest delta > 0 horizon."""
 
     def __post_init__(self):
-        FlowSetting.__post_init__(self)
         r = (1 - self.pi_1) / 3
         require(0 < self.pi_1 < 1, "pi_1", self.pi_1, "a probability in (0, 1)")
         require(
@@ -80,25 +84,22 @@ class SymmetryConfig(FlowSetting):
             "a multiple > 1 of t_IV",
         )
 
-    def run_dir(self):
-        return figure_dir(self.out, FIGURE_ID)
-
     def grid(self):
         if self.quick:
             return tuple(x for x in (0.0, 0.01, 0.02, 0.04)), 1, 600
-        return tuple(self.deltas), self.seeds, self.samples
+        return tuple(self.deltas), self.flow.seeds, self.flow.samples
 
 
-def compute(cfg: SymmetryConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: SymmetryConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     deltas, n_seeds, samples = cfg.grid()
     rows, pis, Ps, horizons = [], [], [], {}
     for dl in deltas:
         pi = symmetric_pi(cfg.pi_1, 4, dl)
-        P = transition_matrix(pi, cfg.lam)
+        P = transition_matrix(pi, cfg.flow.lam)
         point = stage_four_point(pi, P)
         sigma, c = float(stage_one_rate(pi)), float(stage_two_rate(pi, P))
-        t_II = (1 / sigma + 1 / c) * np.log(1 / cfg.eps)
-        t_IV = t_II + np.log(1 / cfg.eps) / point.rate if point.rate > 1e-10 else np.inf
+        t_II = (1 / sigma + 1 / c) * np.log(1 / cfg.flow.eps)
+        t_IV = t_II + np.log(1 / cfg.flow.eps) / point.rate if point.rate > 1e-10 else np.inf
         L_IV = float(parameter_loss(manifold_parameters(point.state, 1, 1), pi, P))
         rows.append(
             {
@@ -116,15 +117,15 @@ def compute(cfg: SymmetryConfig) -> tuple[xr.Dataset, dict]:
         horizons[r["delta"]] = (
             cfg.horizon * r["t_IV"] if np.isfinite(r["t_IV"]) else cfg.stall_horizon * longest
         )
-    runs = [(k, s) for k in range(len(deltas)) for s in cfg.seed_ids(n_seeds)]
+    runs = [(k, s) for k in range(len(deltas)) for s in cfg.flow.seed_ids[:n_seeds]]
     data = solve_flow(
         [pis[k] for k, _ in runs],
         [Ps[k] for k, _ in runs],
-        cfg.eps,
+        cfg.flow.eps,
         [s for _, s in runs],
         [time_grid(horizons[deltas[k]], samples, t_dense=400.0) for k, _ in runs],
-        m=cfg.width,
-        m_k=cfg.key_width,
+        m=cfg.flow.width,
+        m_k=cfg.flow.key_width,
         progress=not cfg.quiet,
     )
     data = data[
@@ -142,33 +143,23 @@ def compute(cfg: SymmetryConfig) -> tuple[xr.Dataset, dict]:
     ]
     data = data.assign_coords(delta=("run", [deltas[k] for k, _ in runs]))
     onsets = run_onsets(data)
-    measured, stall = [], {}
+    measured, stalled = [], {}
     for i, (k, _) in enumerate(runs):
         run = data.isel(run=i)
         if deltas[k] == 0:
-            ts, s2 = run["time"].values, run["sv_W0"].values[:, 1]
-            half = ts > ts[-1] / 2
-            stall = {
-                "slope": float(np.polyfit(ts[half], np.log(s2[half]), 1)[0]),
-                "sigma_2_end": float(s2[-1]),
-                "sigma_2_min": float(s2.min()),
-                "loss_end": float(run["loss"].values[-1]),
-                "L_IV": rows[k]["L_IV"],
-                "grad_norm_end": float(run["grad_norm"].values[-1]),
-                "t_end": float(ts[-1]),
-            }
+            stalled = stall(run, rows[k]["L_IV"])
             measured.append(float("nan"))
         else:
             measured.append(measured_rates(run, rows[k]["g"])["mu_IV"])
     data["escape_rate"] = ("run", np.asarray(measured))
     data["onset"] = (("run", "stage"), onsets)
-    data = data.assign_coords(stage=["I", "II", "III", "IV"])
+    data = data.assign_coords(stage=list(STAGES))
     fine = np.geomspace(min(x for x in deltas if x > 0) / 2, max(deltas), 9)
     theory_curve = []
     for dl in fine:
         pi = symmetric_pi(cfg.pi_1, 4, dl)
-        theory_curve.append(stage_four_point(pi, transition_matrix(pi, cfg.lam)).rate)
-    k_delta = symmetry_breaking_slope(cfg.pi_1, 4, cfg.lam)
+        theory_curve.append(stage_four_point(pi, transition_matrix(pi, cfg.flow.lam)).rate)
+    k_delta = symmetry_breaking_slope(cfg.pi_1, 4, cfg.flow.lam)
     data["theory_delta"] = ("fine", fine)
     data["theory_rate"] = ("fine", np.asarray(theory_curve))
     table = []
@@ -201,18 +192,18 @@ def compute(cfg: SymmetryConfig) -> tuple[xr.Dataset, dict]:
     summary = {
         "setting": {
             "pi_1": cfg.pi_1,
-            "lambda": cfg.lam,
-            "eps": cfg.eps,
+            "lambda": cfg.flow.lam,
+            "eps": cfg.flow.eps,
             "deltas": list(deltas),
             "seeds": n_seeds,
-            "m": cfg.width,
-            "m_k": cfg.key_width,
+            "m": cfg.flow.width,
+            "m_k": cfg.flow.key_width,
         },
         "rate_rule": RATE_WINDOW_RULE,
         "stall_rule": STALL_RULE,
         "rows": table,
         "k_delta": k_delta,
-        "stall": stall,
+        "stall": stalled,
         "onsets_per_run": onsets,
         "solver_steps": data["solver_steps"].values,
     }
@@ -263,10 +254,6 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: SymmetryConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -289,7 +276,7 @@ def plot(data: xr.Dataset, summary: dict):
             on = run["onset"].values
             k = int(np.searchsorted(ts, on[1]))
             k0 = k + int(np.argmin(s2[k:]))
-            _, (a, b) = fit_rate(ts[k0:], s2[k0:], 3 * s2[k0], 0.1)
+            _, (a, b) = fit_rate(ts[k0:], s2[k0:], MU_WINDOW_LO * s2[k0], MU_WINDOW_HI)
             if np.isfinite(a):
                 mid = 0.5 * (a + b)
                 y_mid = float(np.exp(np.interp(mid, ts, np.log(s2))))
@@ -358,3 +345,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="stall at delta = 0 and escape rate against delta with mu_IV and k_delta",
+    config=SymmetryConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

@@ -3,9 +3,10 @@
 
 The one-layer attention model of spec §3.2 (the ``focus-dilution`` experiment with
 ``source = text``) trained with Adam on a word-level corpus: by default the English reference text
-that ships with CPython (``simulate.focus_dilution.text_corpus``), or any local file given with ``--text PATH``
-(e.g. WikiText or TinyStories). For each tracked query (``continue`` as in the paper's WikiText
-panel, the TinyStories queries ``the``, comma, ``a``, ``been``, and the paragraph break): the
+that ships with CPython (``simulate.focus_dilution.text_corpus``), or any local file given with
+``--text PATH`` (e.g. WikiText or TinyStories). For each tracked query (``continue`` as in the
+paper's WikiText panel, the TinyStories queries ``the``, comma, ``a``, ``been``, and the paragraph
+break): the
 attention mass on its top key types (ranked by their largest mass during training) and on all other
 types, stacked, and the entropy of the attention over key types. Yardsticks on the loss panel:
 ``ln V`` (uniform) and the unigram entropy ``H(pi_hat)``. A query "focuses" while one key type
@@ -14,141 +15,73 @@ holds most of its attention and "dilutes" while the entropy rises.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from simulate.focus_dilution import training
+from simulate.focus_dilution.measure import FOCUS_LEVEL, focus_phases
 from simulate.focus_dilution.text_corpus import load_corpus
-from simulate.store import load
+from simulate.store import load, read_summary
 from theory.validation import require
 
 FIGURE_ID = "focus-dilution-text"
 TOP_KEYS = 5
-FOCUS_LEVEL = 0.5
-"""a query is focused while its largest key type holds more than this attention mass."""
+"""key types drawn per query (ranked by their largest mass during training)."""
+QUICK = {"vocab": 500, "context": 32, "width": 16, "batch": 64, "steps": 600}
+"""--quick: the training run's CPU-sized setting."""
 
 
 @dataclass(frozen=True)
-class TextConfig:
+class TextConfig(FigureOptions):
     """One-layer attention model on real text, Adam (spec §7 CPU setting: a few thousand word
     types, context 64, m = m_k = 32, small init, a few thousand steps). --quick: vocabulary 500,
     context 32, m = m_k = 16, 64 windows per step, 600 steps."""
 
-    text: Path | None = None
-    """a local UTF-8 text file (WikiText, TinyStories, ...); None: the bundled CPython text."""
-    vocab: int = 2000
-    """vocabulary: the most frequent word types plus <unk>."""
-    context: int = 64
-    """s, tokens the last position attends to (itself included)."""
-    width: int = 32
-    """m = m_k, embedding and query/key width."""
-    init_scale: float = 1e-3
-    """eps: parameters start i.i.d. N(0, eps^2)."""
-    optimizer: Literal["adam", "gd"] = "adam"
-    """adam, or plain gradient descent."""
-    lr: float = 3e-3
-    """learning rate."""
-    batch: int = 128
-    """windows per step (uniform random offsets of the training text)."""
-    steps: int = 3000
-    """optimizer steps."""
-    log_every: int = 20
-    """steps between logged rows."""
-    queries: tuple[str, ...] = training.TEXT_QUERIES
-    """tracked query tokens (skipped if outside the vocabulary)."""
-    seed: int = 0
-    """init seed (the data seed is fixed at 0)."""
-    quick: bool = False
-    """CPU-sized run (see above)."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/focus-dilution-text/)."""
-    quiet: bool = False
-    """no progress bar."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+    train: Annotated[training.FocusDilutionConfig, Flat] = training.FocusDilutionConfig(
+        source="text",
+        vocab=2000,
+        context=64,
+        width=32,
+        init_scale=1e-3,
+        optimizer="adam",
+        lr=3e-3,
+        batch=128,
+        steps=3000,
+        log_every=20,
+        chunk=20,
+        seeds=1,
+        validation=256,
+    )
+    """the training run (source text; one seed: --seeds is not used, --seed is the init seed, the
+    data seed stays 0; --chunk is set from --steps and --log-every, about 1000 steps a chunk)."""
 
     def __post_init__(self):
-        require(
-            self.text is None or Path(self.text).is_file(),
-            "text",
-            str(self.text),
-            "None (the bundled text) or a readable local text file",
-        )
-        require(self.vocab >= 10, "vocab", self.vocab, "at least 10 types")
-        require(self.context >= 2, "context", self.context, "a context length >= 2")
-        require(self.width >= 1, "width", self.width, "an integer >= 1")
-        require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
-        require(
-            self.steps >= self.log_every and self.steps % self.log_every == 0,
-            "steps",
-            self.steps,
-            f"a positive multiple of log_every = {self.log_every}",
-        )
-        require(self.lr > 0, "lr", self.lr, "a learning rate > 0")
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+        t = self.train
+        require(t.source == "text", "source", t.source, "text")
+        require(t.vocab >= 10, "vocab", t.vocab, "at least 10 types")
+        require(t.s >= 2, "context", t.context, "a context length >= 2")
 
     def training(self) -> training.FocusDilutionConfig:
-        vocab, context, width, batch, steps = (
-            (500, 32, 16, 64, 600)
-            if self.quick
-            else (self.vocab, self.context, self.width, self.batch, self.steps)
-        )
-        rows = steps // self.log_every
-        chunk = self.log_every * math.gcd(rows, max(1, 1000 // self.log_every))
-        return training.FocusDilutionConfig(
-            source="text",
-            text=self.text,
-            vocab=vocab,
-            context=context,
-            width=width,
-            key_width=width,
-            init_scale=self.init_scale,
-            optimizer=self.optimizer,
-            lr=self.lr,
-            batch=batch,
-            steps=steps,
-            log_every=self.log_every,
-            chunk=chunk,
-            seeds=1,
-            seed=self.seed,
-            queries=tuple(self.queries),
-            validation=256,
-            quiet=self.quiet,
-            out=self.run_dir() / "training",
-        )
+        t = replace(self.train, **QUICK) if self.quick else self.train
+        rows = t.steps // t.log_every
+        chunk = t.log_every * math.gcd(rows, max(1, 1000 // t.log_every))
+        return replace(t, chunk=chunk, seeds=1)
 
 
-def focus_phases(mass: np.ndarray, key_names, steps, level: float = FOCUS_LEVEL) -> list:
-    """Maximal runs of logged steps during which one key type holds more than ``level`` of the
-    query's attention: ``[(first step, last step, key)]``."""
-    phases = []
-    top = np.argmax(mass, axis=-1)
-    focused = mass[np.arange(len(top)), top] > level
-    start = None
-    for i in range(len(top) + 1):
-        same = i < len(top) and focused[i] and start is not None and top[i] == top[start]
-        if start is not None and not same:
-            phases.append((int(steps[start]), int(steps[i - 1]), str(key_names[top[start]])))
-            start = None
-        if i < len(top) and focused[i] and start is None:
-            start = i
-    return phases
-
-
-def compute(cfg: TextConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: TextConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     tcfg = cfg.training()
-    path = training.run(tcfg)
+    path = training.run(tcfg, cfg.run_output(run_dir))
+    assert isinstance(path, Path)
     ds, _ = load(path)
-    stored = json.loads((Path(path) / "summary.json").read_text())
+    stored = read_summary(path)
     corpus = load_corpus(tcfg.text, tcfg.vocab)
     names = np.asarray(corpus.types)
     unigram = corpus.unigram()
@@ -237,10 +170,6 @@ def report(summary: dict) -> str:
     )
 
 
-def run(cfg: TextConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -290,3 +219,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="attention of tracked queries on real text (bundled CPython text or --text PATH)",
+    config=TextConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

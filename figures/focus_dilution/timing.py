@@ -11,19 +11,24 @@ for ||(W0, W1)||, the distance from the origin, with slope sigma.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.focus_dilution.common import FlowSetting, onset_rules
-from simulate.focus_dilution.flow import (
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
+from figures.focus_dilution.common import STAGES, FlowSetting
+from simulate.focus_dilution.flow import solve_flow, time_grid
+from simulate.focus_dilution.measure import (
+    ONSET_RULES,
     RATE_WINDOW_RULE,
     measured_rates,
     run_onsets,
-    solve_flow,
-    time_grid,
 )
+from simulate.measure.fits import linear_slope
 from theory.focus_dilution.stages import second_critical_point, stage_one_rate, stage_two_rate
 from theory.validation import require
 
@@ -31,20 +36,19 @@ FIGURE_ID = "focus-dilution-timing"
 
 
 @dataclass(frozen=True)
-class TimingConfig(FlowSetting):
+class TimingConfig(FigureOptions):
     """Default pi, lambda = 0.5; eps in {1e-2, ..., 1e-6} (--eps-grid; --eps is not used), 3 seeds
     each, float64, all runs in one vmapped diffrax program. --quick: eps in {1e-2, 1e-4, 1e-6}, one
     seed, 1200 saved times."""
 
+    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=3, samples=2000)
+    """the population flow (its eps is not used: see --eps-grid)."""
     eps_grid: tuple[float, ...] = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
     """init scales (each in (0, 1))."""
-    samples: int = 2000
-    """saved time points per run."""
     horizon: float = 1.3
     """integrate to this multiple of the predicted Stage-II onset at the smallest eps."""
 
     def __post_init__(self):
-        FlowSetting.__post_init__(self)
         require(
             len(self.eps_grid) >= 2 and all(0 < e < 1 for e in self.eps_grid),
             "eps_grid",
@@ -53,37 +57,28 @@ class TimingConfig(FlowSetting):
         )
         require(self.horizon > 1, "horizon", self.horizon, "a multiple > 1 of t_II")
 
-    def run_dir(self):
-        return figure_dir(self.out, FIGURE_ID)
-
     def grid(self):
         if self.quick:
             return (1e-2, 1e-4, 1e-6), 1, 1200
-        return tuple(self.eps_grid), self.seeds, self.samples
+        return tuple(self.eps_grid), self.flow.seeds, self.flow.samples
 
 
-def slope_fit(x, y) -> float:
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(y)
-    return float(np.polyfit(x[ok], y[ok], 1)[0]) if ok.sum() >= 2 else float("nan")
-
-
-def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
-    pi, P = cfg.chain()
+def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    pi, P = cfg.flow.chain()
     sigma, c = float(stage_one_rate(pi)), float(stage_two_rate(pi, P))
     g = float(second_critical_point(pi).g)
     eps_grid, n_seeds, samples = cfg.grid()
     t_max = cfg.horizon * (1 / sigma + 1 / c) * np.log(1 / min(eps_grid))
     eps = [e for e in eps_grid for _ in range(n_seeds)]
-    seeds = [s for _ in eps_grid for s in cfg.seed_ids(n_seeds)]
+    seeds = [s for _ in eps_grid for s in cfg.flow.seed_ids[:n_seeds]]
     data = solve_flow(
         pi,
         P,
         eps,
         seeds,
         time_grid(t_max, samples),
-        m=cfg.width,
-        m_k=cfg.key_width,
+        m=cfg.flow.width,
+        m_k=cfg.flow.key_width,
         progress=not cfg.quiet,
     )
     keep = [
@@ -99,7 +94,7 @@ def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
     data = data[keep]
     onsets = run_onsets(data)
     data["onset"] = (("run", "stage"), onsets)
-    data = data.assign_coords(stage=["I", "II", "III", "IV"])
+    data = data.assign_coords(stage=list(STAGES))
     rates = [measured_rates(data.isel(run=r), g) for r in range(len(eps))]
     L = np.log(1 / np.asarray(eps))
     smallest = [r for r, e in enumerate(eps) if e == min(eps_grid)]
@@ -107,20 +102,20 @@ def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
     meas_c = float(np.mean([rates[r]["c"] for r in smallest]))
     summary = {
         "setting": {
-            "pi": cfg.pi,
-            "lambda": cfg.lam,
+            "pi": cfg.flow.pi,
+            "lambda": cfg.flow.lam,
             "eps": list(eps_grid),
             "seeds": n_seeds,
-            "m": cfg.width,
-            "m_k": cfg.key_width,
+            "m": cfg.flow.width,
+            "m_k": cfg.flow.key_width,
             "t_max": t_max,
         },
-        "onset_rules": onset_rules(),
+        "onset_rules": dict(ONSET_RULES),
         "rate_rule": RATE_WINDOW_RULE,
         "sigma": sigma,
         "c": c,
-        "slope_I": {"predicted": 1 / sigma, "measured": slope_fit(L, onsets[:, 0])},
-        "slope_II": {"predicted": 1 / sigma + 1 / c, "measured": slope_fit(L, onsets[:, 1])},
+        "slope_I": {"predicted": 1 / sigma, "measured": linear_slope(L, onsets[:, 0])},
+        "slope_II": {"predicted": 1 / sigma + 1 / c, "measured": linear_slope(L, onsets[:, 1])},
         "rates_at_smallest_eps": {
             "eps": min(eps_grid),
             "sigma_measured": meas_sigma,
@@ -168,10 +163,6 @@ def report(summary: dict) -> str:
         f"{FIGURE_ID}: onsets against ln(1/eps), eps = {summary['setting']['eps']}\n"
         + format_table(["quantity", "predicted", "measured", "meas/pred"], rows)
     )
-
-
-def run(cfg: TimingConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -246,3 +237,15 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id=FIGURE_ID,
+    paper="focus-dilution",
+    description="stage onsets against ln(1/eps) with slopes 1/sigma and 1/sigma + 1/c; "
+    "growth at 2c",
+    config=TimingConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

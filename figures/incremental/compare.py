@@ -2,11 +2,13 @@
 beside those measured in training (spec incremental.md §5, §7; issue 4 item 5).
 
 Two comparisons, one table each (stdout and summary.json) and one figure:
-1. Regression variant under gradient flow (``figures.incremental.compare_regression``): the map from the network
+1. Regression variant under gradient flow (``figures.incremental.compare_regression``): the map from
+the network
    to the reduced system is exact, so starts are compared in ODE time with no fitted constant; once
    with the content blocks of W_Q switched off (the reduction's positional-attention assumption made
    structural) and once with all of W_Q trained (the minimal transformer of spec §3.1).
-2. Cross-entropy on the Markov chain with AdamW (``figures.incremental.compare_cross_entropy``): Adam has no
+2. Cross-entropy on the Markov chain with AdamW (``figures.incremental.compare_cross_entropy``):
+Adam has no
    time map to the flow, so only the order of the stages, their plateau levels and the ratios of
    stage durations are compared.
 """
@@ -15,67 +17,51 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from figures.incremental import compare_cross_entropy, compare_regression
 from simulate.incremental.regression_training import RegressionConfig
-from theory.validation import require
-
-FIGURE_ID = "compare-incremental"
+from simulate.runner import Seeds
 
 
 @dataclass(frozen=True)
-class CompareConfig:
+class CompareConfig(FigureOptions):
     """Predicted against measured stages: regression under gradient flow, cross-entropy under
-    AdamW."""
+    AdamW. Quick: 2 gradient-flow seeds, smaller batches, the quick Markov setting."""
 
-    seeds: int = 3
-    """seeds of the gradient-flow runs (vmapped)."""
-    seed: int = 0
-    """first seed of every run."""
-    quick: bool = False
-    """CPU-sized: 2 gradient-flow seeds, smaller batches, the quick Markov setting."""
-    out: Path = Path("runs")
-    """output directory (the comparison goes to OUT/compare-incremental/)."""
-    quiet: bool = False
-    """no progress bars."""
-    replot: bool = False
-    """redraw the figure and tables from the stored comparison; nothing is recomputed."""
-
-    def __post_init__(self):
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+    flow: Annotated[Seeds, Flat] = Seeds(seeds=3)
+    """seeds of the gradient-flow runs (vmapped); the first seed is that of every run."""
 
     def regression(self, attention: str) -> RegressionConfig:
         full = attention == "full"
         batch = 512 if self.quick or not full else 2048
         return RegressionConfig(
             attention=attention,
-            seeds=1 if full else (2 if self.quick else self.seeds),
+            seeds=1 if full else (2 if self.quick else self.flow.seeds),
             batch=batch,
             validation=batch,
             steps=12_000,
             lr=0.05,
             log_every=10,
             chunk=3000,
-            seed=self.seed,
-            quiet=self.quiet,
-            out=self.run_dir() / f"regression-{attention}",
+            seed=self.flow.seed,
         )
 
 
-def compute(cfg: CompareConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pieces, summary = [], {}
     for attention in ("positional", "full"):
-        data, part = compare_regression.compare(cfg.regression(attention), attention, cfg.quiet)
+        output = cfg.run_output(run_dir, f"regression-{attention}")
+        data, part = compare_regression.compare(cfg.regression(attention), output, attention)
         pieces.append(data.rename(seed=f"{attention}_seed"))
         summary[f"regression_{attention}"] = part
     data, part = compare_cross_entropy.compare(
-        cfg.run_dir() / "markov", cfg.quick, cfg.seed, cfg.quiet
+        run_dir / "markov", cfg.quick, cfg.flow.seed, cfg.quiet
     )
     pieces.append(data)
     summary["cross_entropy"] = part
@@ -126,10 +112,6 @@ def report(summary: dict) -> str:
     return "\n".join(out)
 
 
-def run(cfg: CompareConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -159,7 +141,7 @@ def _regression_row(axes, data, part, label):
         label="reduced ODE from the mapped init",
     )
     D = part["config"]["D"]
-    for k, level in enumerate(part["levels_reduced"]):
+    for level in part["levels_reduced"]:
         ax.axhline(D * level, color="grey", ls=":", lw=0.8)
     for k, (p, m) in enumerate(zip(part["predicted_per_seed"][0], part["measured_per_seed"][0])):
         ax.axvline(p, color=colors[k], ls="--", lw=0.8)
@@ -195,3 +177,16 @@ def _regression_row(axes, data, part, label):
             twin.set_ylabel("content-logit RMS (grey)")
     axes[1].plot([], [], "k--", lw=1, label="reduced ODE")
     axes[1].legend(fontsize=7)
+
+
+FIGURE = Figure(
+    "compare-incremental",
+    "incremental",
+    "stage levels and times of the reduced head system against training: regression under "
+    "gradient flow (exact time map), cross-entropy under AdamW (orders, levels, ratios)",
+    CompareConfig,
+    compute,
+    plot,
+    report,
+    kind="comparison",
+)

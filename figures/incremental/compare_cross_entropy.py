@@ -2,14 +2,16 @@
 incremental.md §5.8, §7; issue 4 item 5).
 
 AdamW has no time map to the reduced flow, so this comparison is of orders, levels and ratios only:
-- order: the ladder of ``theory.incremental.heads.HeadSystem.ladder`` (blocks by importance) against the order in
+- order: the ladder of ``theory.incremental.heads.HeadSystem.ladder`` (blocks by importance) against
+the order in
   which the trained model's closest learned c-gram baseline (in KL) moves through the classes (the
   truncated teachers drop the weaker blocks instead of marginalising them and are poor yardsticks
   at small d, spec §2.3);
 - levels: stage k's plateau is the best loss of class k (``H_k`` uses lags I(1..k)): the learned
   c_k-gram baseline's validation loss for k < h, the true teacher's (the Bayes loss) for k = h; set
   beside the measured plateau of the training curve;
-- durations: (t_k - t_{k-1}) / t_1 for k >= 2 of the reduced system, integrated from the network's mapped
+- durations: (t_k - t_{k-1}) / t_1 for k >= 2 of the reduced system, integrated from the network's
+mapped
   initial positional logits under both metrics, against the same ratio of measured stage starts.
 Stage k starts when the validation loss falls below the midpoint of the class-(k-1) and class-k
 levels (class 0: uniform prediction, ln d).
@@ -27,16 +29,18 @@ import xarray as xr
 from figures.core.output import format_table
 from simulate.incremental import markov_training
 from simulate.incremental.head_ode import plateau_levels, solve
+from simulate.incremental.markov_reduction import mapped_logits, reduced_setting
 from simulate.incremental.markov_training import (
     LADDER_RULE,
     MarkovTrainConfig,
-    build_model,
     ladder_steps,
     train_baselines,
 )
+from simulate.incremental.training_stages import duration_ratio
 from simulate.measure.stages import first_crossing, measured_plateaus, midpoints
-from simulate.store import load
-from theory.incremental.heads import METRICS, HeadSetting, HeadSystem
+from simulate.runner import RunOutput
+from simulate.store import load, read_summary
+from theory.incremental.heads import METRICS, HeadSystem
 
 STAGE_RULE = (
     "stage k starts at the first logged step where the validation loss falls below the "
@@ -49,45 +53,23 @@ CAVEAT = (
 )
 
 
-def markov_config(out: Path, quick: bool, seed: int, quiet: bool) -> MarkovTrainConfig:
+def markov_config(quick: bool, seed: int) -> MarkovTrainConfig:
     """The paper's online minimal run (Figs. 6-7; q = 1e-9, W_V = 0, 512 fresh sequences per step);
     quick: d = 20, 256 sequences per step, 1000 steps."""
-    cfg = MarkovTrainConfig(out=out / "student", seed=seed, quiet=quiet)
+    cfg = MarkovTrainConfig(seed=seed)
     if quick:
         cfg = replace(cfg, vocab=20, batch=256, validation=256, steps=1000)
     return cfg
 
 
-def reduced_system(cfg: MarkovTrainConfig, metric: str) -> HeadSetting:
-    """Same heads, blocks and importances c_k, over the L - 1 lags the last query sees."""
-    task = cfg.task()
-    return HeadSetting(
-        heads=cfg.heads,
-        blocks=tuple(cfg.blocks),
-        window=task.length - 1,
-        importances=tuple(task.importances()),
-        metric=metric,
-    )
-
-
-def mapped_logits(cfg: MarkovTrainConfig) -> np.ndarray:
-    """The last query's positional logits theta_{k,i} = W_Q^k[d + L - i, d + L - 1] / sqrt(D) at
-    initialisation (seed ``cfg.seed``), lags i = 1..L (L = positions; the last output, at L - 1,
-    predicts token L)."""
-    from simulate.train import seed_streams
-
-    WQ = np.asarray(build_model(cfg, seed_streams([cfg.seed])["init"][0]).WQ)
-    d, L = cfg.vocab, cfg.task().length - 1
-    return WQ[:, d + L - np.arange(1, L + 1), d + L - 1] / math.sqrt(d + L)
-
-
 def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset, dict]:
-    cfg = markov_config(out, quick, seed, quiet)
-    baselines = train_baselines(cfg, out / "baselines")
+    cfg = markov_config(quick, seed)
+    baselines = train_baselines(cfg, out / "baselines", quiet=quiet)
     cfg = replace(cfg, baselines=baselines)
-    ds, _ = load(markov_training.run(cfg))
-    summary_run = _summary(cfg.out)
-    base_loss = [_summary(b)["final_val_loss"][0] for b in baselines[:-1]]
+    path = markov_training.run(cfg, RunOutput(out=out / "student", quiet=quiet))
+    ds, _ = load(path)
+    summary_run = read_summary(path)
+    base_loss = [read_summary(b)["final_val_loss"][0] for b in baselines[:-1]]
     levels = np.array([math.log(cfg.vocab), *base_loss, summary_run["bayes_loss"]])
     run = ds.isel(seed=0)
     steps = run["step"].values.astype(float)
@@ -100,7 +82,7 @@ def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset,
     predicted, ode_rows = {}, {}
     theta0 = mapped_logits(cfg)[None]
     for metric in METRICS:
-        setting = reduced_system(cfg, metric)
+        setting = reduced_setting(cfg, metric)
         t_max = 2e3 if metric == "replicator" else 2e5
         ode = solve(
             setting,
@@ -113,7 +95,7 @@ def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset,
         )
         predicted[metric] = ode.crossings[0]
         ode_rows[metric] = (ode.ts, ode.loss[0])
-    order_pred = [j + 1 for j in HeadSystem(reduced_system(cfg, "logit")).ladder()]
+    order_pred = [j + 1 for j in HeadSystem(reduced_setting(cfg, "logit")).ladder()]
     rows = []
     K = len(levels) - 1
     for k in range(K):
@@ -126,8 +108,8 @@ def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset,
                 "level_measured": plateaus[k],
                 "start_measured": float(measured[k]),
                 "ladder_step": float(ladder[k - 1]) if k >= 1 else float("nan"),
-                **{f"duration_ratio_{m}": _duration_ratio(predicted[m], k) for m in METRICS},
-                "duration_ratio_measured": _duration_ratio(measured, k),
+                **{f"duration_ratio_{m}": duration_ratio(predicted[m], k) for m in METRICS},
+                "duration_ratio_measured": duration_ratio(measured, k),
             }
         )
     data = xr.Dataset(
@@ -155,23 +137,10 @@ def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset,
         "predicted_ode_starts": {m: predicted[m].tolist() for m in METRICS},
         "bayes_loss": summary_run["bayes_loss"],
         "final_val_loss": float(loss[-1]),
-        "run": str(cfg.out),
+        "run": str(path),
         "baselines": [str(b) for b in baselines],
     }
     return data, summary
-
-
-def _summary(path: Path) -> dict:
-    import json
-
-    return json.loads((Path(path) / "summary.json").read_text())
-
-
-def _duration_ratio(starts, k: int) -> float:
-    """(t_k - t_{k-1}) / t_1 for 0-based stage index k >= 1; nan for stage 1."""
-    if k == 0:
-        return float("nan")
-    return float((starts[k] - starts[k - 1]) / starts[0])
 
 
 def report(part: dict) -> str:

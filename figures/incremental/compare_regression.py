@@ -3,8 +3,10 @@ incremental.md §2.4, §5.1-5.2; the exact map of ``theory.incremental.reduction
 
 The reduced system is integrated from the very state each trained network starts in (its positional
 query weights mapped to logits, values zero), so the prediction has no fitted constant: ODE time is
-``steps x lr`` and the network loss is ``D`` times the reduced loss. Stage k is reached when the loss
-falls below the midpoint of the derived plateau levels L_{k-1}, L_k (``simulate.measure.stages.RULE``).
+``steps x lr`` and the network loss is ``D`` times the reduced loss. Stage k is reached when the
+loss
+falls below the midpoint of the derived plateau levels L_{k-1}, L_k
+(``simulate.measure.stages.RULE``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from simulate.incremental import regression_training
 from simulate.incremental.head_ode import log_grid, plateau_levels, solve
 from simulate.incremental.regression_training import RegressionConfig, initial_reduced_logits
 from simulate.measure.stages import RULE, measured_plateaus, stage_times
+from simulate.runner import RunOutput
 from simulate.store import load
 
 TIME_MAP = (
@@ -24,10 +27,11 @@ TIME_MAP = (
 )
 
 
-def compare(cfg: RegressionConfig, label: str, quiet: bool = True) -> tuple[xr.Dataset, dict]:
-    """Train ``cfg``, integrate the reduced system from each seed's mapped initial state, and
-    compare stage levels and times per seed."""
-    ds, _ = load(regression_training.run(cfg))
+def compare(cfg: RegressionConfig, output: RunOutput, label: str) -> tuple[xr.Dataset, dict]:
+    """Train ``cfg`` into ``output``, integrate the reduced system from each seed's mapped initial
+    state, and compare stage levels and times per seed."""
+    quiet = output.quiet
+    ds, _ = load(regression_training.run(cfg, output))
     setting = cfg.reduced()
     t_max = cfg.steps * cfg.lr
     levels = np.asarray(plateau_levels(setting))

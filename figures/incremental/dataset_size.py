@@ -16,14 +16,16 @@ best-in-class predictors of the population rather than of one training set.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from simulate.incremental import markov_training
 from simulate.incremental.markov_training import (
     EARLY_STOPPING_RULE,
@@ -31,15 +33,10 @@ from simulate.incremental.markov_training import (
     baseline_contexts,
     train_baselines,
 )
-from simulate.store import load
+from simulate.incremental.training_stages import CLOSEST_RULE, best_so_far, early_stopping
+from simulate.store import load, read_summary
 from theory.validation import require
 
-FIGURE_ID = "incremental-dataset-size"
-CLOSEST_RULE = (
-    "class at early stopping: the learned c_k-gram baseline with the smallest "
-    "KL(p_baseline || p_model) on validation at the early-stopping step; stage index "
-    "= k (number of lag blocks of that class)"
-)
 BASELINE_RULE = (
     "learned c-gram baselines: trained once, online (online_batch fresh sequences "
     "per step), with the students' model, optimiser and learning rate"
@@ -60,53 +57,25 @@ EXCESS_FLOOR = 1e-4
 
 
 @dataclass(frozen=True)
-class DatasetSizeConfig:
-    """Minimal transformer (§3.1) on spans (4, 4, 4) for several training-set sizes."""
+class DatasetSizeConfig(FigureOptions):
+    """Minimal transformer (§3.1) on spans (4, 4, 4) for several training-set sizes. Quick:
+    d = 20, n in {300, 1000, 3000} + online, batch 512, validation 512, 600 steps (baselines
+    too)."""
 
+    train: Annotated[MarkovTrainConfig, Flat] = MarkovTrainConfig(
+        blocks=(4, 4, 4), query_scale=None, batch=3000, validation=3000, steps=1000
+    )
+    """the students' training setting (one seed; the authors' default Xavier initialisation,
+    the paper's AdamW learning rate 0.08; batch: min(batch, n) without replacement)."""
     sizes: tuple[int, ...] = (600, 2000, 9000)
     """training-set sizes n (sequences)."""
     online: bool = True
     """also train online (fresh sequences every step)."""
-    vocab: int = 50
-    """d, vocabulary size."""
-    blocks: tuple[int, ...] = (4, 4, 4)
-    """lag-block sizes (most recent first); window w = their sum."""
-    m: float = 1.7
-    """importance ratio m."""
-    tau: float = 0.1
-    """teacher temperature."""
-    heads: int = 3
-    """attention heads."""
-    query_scale: float | None = None
-    """W_Q ~ U(-q, q) with W_V = 0; None: the authors' default Xavier initialisation."""
-    lr: float | None = None
-    """AdamW learning rate; None: the paper's 0.08 for the minimal model."""
-    batch: int = 3000
-    """sequences per step with a training set of n: min(batch, n) without replacement."""
     online_batch: int = 3000
     """fresh sequences per step online (and for the baselines)."""
-    validation: int = 3000
-    """validation sequences."""
-    steps: int = 1000
-    """optimizer steps of each student (a multiple of 100)."""
     baseline_steps: int | None = None
     """steps of each learned baseline (the authors': 2000); None: the students' budget (ignored
     with quick)."""
-    log_every: int = 10
-    """steps between logged rows (the resolution of the early-stopping step)."""
-    teacher_seed: int = 0
-    """seed of the teacher, validation and training sets."""
-    seed: int = 0
-    """training seed (initialisation and data order)."""
-    quick: bool = False
-    """CPU-sized run: d = 20, n in {300, 1000, 3000} + online, batch 512, validation 512, 600
-    steps (baselines too)."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/incremental-dataset-size/)."""
-    quiet: bool = False
-    """no progress bar."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
         require(
@@ -133,29 +102,26 @@ class DatasetSizeConfig:
             self.student(n)
 
     def settings(self) -> dict:
-        fields = ("vocab", "sizes", "batch", "online_batch", "validation", "steps")
-        mine = {f: getattr(self, f) for f in fields}
+        t = self.train
+        mine = {
+            "vocab": t.vocab,
+            "sizes": self.sizes,
+            "batch": t.batch,
+            "online_batch": self.online_batch,
+            "validation": t.validation,
+            "steps": t.steps,
+        }
         return {**mine, **QUICK} if self.quick else mine
 
     def _base(self) -> MarkovTrainConfig:
         s = self.settings()
-        return MarkovTrainConfig(
+        return replace(
+            self.train,
             vocab=s["vocab"],
-            blocks=tuple(self.blocks),
-            m=self.m,
-            tau=self.tau,
-            model="minimal",
-            heads=self.heads,
-            query_scale=self.query_scale,
-            lr=self.lr,
             batch=s["batch"],
             validation=s["validation"],
             steps=s["steps"],
-            log_every=self.log_every,
-            chunk=100,
-            seed=self.seed,
-            teacher_seed=self.teacher_seed,
-            quiet=self.quiet,
+            seeds=1,
         )
 
     def baseline_training(self) -> MarkovTrainConfig:
@@ -179,45 +145,24 @@ class DatasetSizeConfig:
                 train_size=None,
                 batch=self.settings()["online_batch"],
                 baselines=baselines,
-                out=self.run_dir() / "online",
             )
-        return replace(base, train_size=n, baselines=baselines, out=self.run_dir() / f"n{n}")
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+        return replace(base, train_size=n, baselines=baselines)
 
 
-def best_so_far(excess: np.ndarray) -> np.ndarray:
-    """Running minimum along the last axis (nan rows, e.g. a diverged step, do not count)."""
-    return np.fmin.accumulate(excess, axis=-1)
-
-
-def early_stopping(
-    steps: np.ndarray, val_loss: np.ndarray, kl_baseline: np.ndarray, contexts: np.ndarray
-) -> dict:
-    """Per ``EARLY_STOPPING_RULE`` and ``CLOSEST_RULE`` for one run: (step,), (step, baseline)."""
-    best = int(np.nanargmin(val_loss))
-    closest = int(np.argmin(kl_baseline[best]))
-    return {
-        "early_stopping_step": float(steps[best]),
-        "best_val_loss": float(val_loss[best]),
-        "closest_context_at_best": int(contexts[closest]),
-        "stage_at_best": closest + 1,
-        "kl_baselines_at_best": {int(c): float(v) for c, v in zip(contexts, kl_baseline[best])},
-    }
-
-
-def compute(cfg: DatasetSizeConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: DatasetSizeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     base = cfg.baseline_training()
     contexts = baseline_contexts(base.task())
-    dirs = train_baselines(base, cfg.run_dir() / "baselines", contexts)
+    dirs = train_baselines(base, run_dir / "baselines", contexts, quiet=cfg.quiet)
     sizes = [*sorted(cfg.settings()["sizes"]), *([None] if cfg.online else [])]
-    runs = []
+    runs, paths = [], []
     for n in sizes:
         student = cfg.student(n, dirs)
-        markov_training.run(student)
-        ds, _ = load(student.out)
-        runs.append((student, ds.isel(seed=0), _summary(student.out)))
+        path = markov_training.run(
+            student, cfg.run_output(run_dir, "online" if n is None else f"n{n}")
+        )
+        ds, _ = load(path)
+        runs.append((student, ds.isel(seed=0), read_summary(path)))
+        paths.append(path)
     steps = runs[0][1]["step"].values
     bayes = runs[0][2]["bayes_loss"]
     val = np.stack([ds["val_loss"].values for _, ds, _ in runs])
@@ -277,16 +222,16 @@ def compute(cfg: DatasetSizeConfig) -> tuple[xr.Dataset, dict]:
         "earlier_stop_with_smallest_n": bool(finite)
         and finite[0]["early_stopping_step"] < largest["early_stopping_step"],
     }
-    baseline_runs = {int(c): _summary(p) for c, p in zip(contexts, dirs)}
+    baseline_runs = {int(c): read_summary(p) for c, p in zip(contexts, dirs)}
     summary = {
         "setting": {
             "model": "minimal",
             **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.settings().items()},
             "online": cfg.online,
-            "blocks": list(cfg.blocks),
+            "blocks": list(cfg.train.blocks),
             "baseline_steps": base.steps,
             "learning_rate": base.learning_rate,
-            "query_scale": cfg.query_scale,
+            "query_scale": cfg.train.query_scale,
             "quick": cfg.quick,
             "minibatch_rule": "min(batch, n) without replacement; online_batch online",
         },
@@ -301,14 +246,10 @@ def compute(cfg: DatasetSizeConfig) -> tuple[xr.Dataset, dict]:
         "closest_rule": CLOSEST_RULE,
         "per_size": per_size,
         "check": check,
-        "runs": [str(student.out) for student, _, _ in runs],
+        "runs": [str(path) for path in paths],
         "baseline_runs": [str(p) for p in dirs],
     }
     return data, summary
-
-
-def _summary(path: Path) -> dict:
-    return json.loads((path / "summary.json").read_text())
 
 
 def report(summary: dict) -> str:
@@ -346,10 +287,6 @@ def report(summary: dict) -> str:
             ),
         ]
     )
-
-
-def run(cfg: DatasetSizeConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -416,3 +353,14 @@ def plot(data: xr.Dataset, summary: dict):
         f"(lr {st['learning_rate']:.3g}, {st['steps']} steps)"
     )
     return fig
+
+
+FIGURE = Figure(
+    "incremental-dataset-size",
+    "incremental",
+    "early stopping selects a smaller-context class with fewer training sequences (paper Fig. 5)",
+    DatasetSizeConfig,
+    compute,
+    plot,
+    report,
+)

@@ -15,43 +15,41 @@ student's settings (same training set, optimiser and learning rate) for ``baseli
 
 from __future__ import annotations
 
-import itertools
-import json
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.drawing import shade_stages
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from simulate.incremental import markov_training
+from simulate.incremental.attention_maps import (
+    COMPOSITE_RULE,
+    block_labels,
+    composite_rgb,
+    staircase_segments,
+)
 from simulate.incremental.markov_training import (
     LADDER_RULE,
     MarkovTrainConfig,
     baseline_contexts,
     ladder_steps,
-    lag_blocks,
     split_step,
     train_baselines,
 )
-from simulate.store import load
+from simulate.incremental.training_stages import KL_RISE_RULE, kl_rise, nearest_rows
+from simulate.store import load, read_summary
 from theory.validation import require
 
-FIGURE_ID = "incremental-full"
 REFERENCE_BOUNDARIES = (65.0, 450.0)
 """the authors' hand-placed stage boundaries of paper Fig. 2 (steps; d = 50, n = 9000)."""
 BASELINE_LADDER_RULE = (
     "baseline ladder step k (k >= 2): LADDER_RULE applied to the references "
     "(learned c_1-gram, ..., learned c_{h-1}-gram, true teacher A*_{1:h})"
-)
-KL_RISE_RULE = (
-    "KL to A*_1 rises after stage 1: its minimum over the logged steps is reached "
-    "before the last step and the final value exceeds the minimum by more than 10%"
-)
-COMPOSITE_RULE = (
-    "composite attention: head h -> colour channel h; each head's attention row "
-    "(one query) divided by its maximum over keys"
 )
 QUICK = {
     "vocab": 20,
@@ -66,51 +64,27 @@ QUICK_MAP_STEPS = (0, 60, 150, 300)
 
 
 @dataclass(frozen=True)
-class FullConfig:
-    """Full post-LN transformer (§3.2) on spans (4, 4, 4): paper Figs. 2-3."""
+class FullConfig(FigureOptions):
+    """Full post-LN transformer (§3.2) on spans (4, 4, 4): paper Figs. 2-3. Quick: d = 20, online
+    128 sequences per step, validation 256, 300 steps (and the baselines), maps at steps 0, 60,
+    150, 300."""
 
-    vocab: int = 50
-    """d, vocabulary size."""
-    blocks: tuple[int, ...] = (4, 4, 4)
-    """lag-block sizes |I(1)|, ..., |I(h)| (most recent first); window w = their sum."""
-    m: float = 1.7
-    """importance ratio m (block k scaled by m^(h-k))."""
-    tau: float = 0.1
-    """teacher temperature."""
-    heads: int = 3
-    """attention heads (a divisor of the width 255)."""
-    query_scale: float | None = None
-    """W_Q ~ U(-q, q) with W_V = 0; None: the default (Xavier) initialisation of the authors."""
-    lr: float | None = None
-    """AdamW learning rate; None: the paper's 0.003 for the full model."""
-    train_size: int | None = 9000
-    """n, training sequences; None: online (fresh sequences every step)."""
-    batch: int = 3000
-    """sequences per step (min(batch, n) without replacement)."""
-    validation: int = 3000
-    """validation sequences."""
-    steps: int = 1000
-    """student optimizer steps (a multiple of 100)."""
+    train: Annotated[MarkovTrainConfig, Flat] = MarkovTrainConfig(
+        blocks=(4, 4, 4),
+        model="full",
+        query_scale=None,
+        train_size=9000,
+        batch=3000,
+        validation=3000,
+        steps=1000,
+    )
+    """the student's training run (one seed; default Xavier initialisation of the authors, the
+    paper's AdamW learning rate 0.003 for the full model)."""
     baseline_steps: int | None = None
     """steps of each learned c-gram baseline (the authors': 2000); None: the student's budget
     (ignored with quick)."""
-    log_every: int = 10
-    """steps between logged rows."""
     map_steps: tuple[int, ...] = (0, 60, 300, 1000)
     """steps of the attention maps (the nearest logged steps are drawn)."""
-    teacher_seed: int = 0
-    """seed of the teacher, validation and training sets."""
-    seed: int = 0
-    """student seed (initialisation, data order, dropout)."""
-    quick: bool = False
-    """CPU-sized run: d = 20, online 128 sequences per step, validation 256, 300 steps (and
-    the baselines), maps at steps 0, 60, 150, 300."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/incremental-full/)."""
-    quiet: bool = False
-    """no progress bar."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
         require(
@@ -128,26 +102,7 @@ class FullConfig:
         self.baseline_training()  # validates the training settings before anything compiles
 
     def training(self) -> MarkovTrainConfig:
-        cfg = MarkovTrainConfig(
-            vocab=self.vocab,
-            blocks=tuple(self.blocks),
-            m=self.m,
-            tau=self.tau,
-            model="full",
-            heads=self.heads,
-            query_scale=self.query_scale,
-            lr=self.lr,
-            train_size=self.train_size,
-            batch=self.batch,
-            validation=self.validation,
-            steps=self.steps,
-            log_every=self.log_every,
-            chunk=100,
-            seed=self.seed,
-            teacher_seed=self.teacher_seed,
-            quiet=self.quiet,
-            out=self.run_dir() / "training",
-        )
+        cfg = replace(self.train, seeds=1)
         return replace(cfg, **QUICK) if self.quick else cfg
 
     def baseline_training(self) -> MarkovTrainConfig:
@@ -159,79 +114,17 @@ class FullConfig:
     def drawn_map_steps(self) -> tuple[int, ...]:
         return QUICK_MAP_STEPS if self.quick else tuple(self.map_steps)
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def composite_rgb(maps: np.ndarray) -> np.ndarray:
-    """(H, Q, K) attention maps -> (Q, K, 3) image per ``COMPOSITE_RULE`` (heads 1-3 red, green,
-    blue; more heads get hues around the colour wheel)."""
-    H = maps.shape[0]
-    if H <= 3:
-        colours = np.eye(3)[:H]
-    else:
-        import matplotlib.colors as mcolors
-
-        colours = mcolors.hsv_to_rgb(np.stack([np.arange(H) / H, np.ones(H), np.ones(H)], -1))
-    peak = np.max(maps, axis=-1, keepdims=True)
-    rows = np.divide(maps, peak, out=np.zeros_like(maps, dtype=float), where=peak > 0)
-    return np.clip(np.einsum("hqk,hc->qkc", rows, colours), 0.0, 1.0)
-
-
-def block_labels(blocks: tuple[int, ...], generated: int) -> np.ndarray:
-    """(generated, L) map of query row x key: k where the key is at a lag of block k from the
-    query, 0 elsewhere."""
-    from simulate.incremental.markov_task import MarkovSetting
-
-    M = lag_blocks(MarkovSetting(blocks=tuple(blocks), generated=generated))
-    return np.einsum("qsk,k->qs", M, np.arange(1, M.shape[-1] + 1)).astype(int)
-
-
-def staircase_segments(labels: np.ndarray) -> dict[int, np.ndarray]:
-    """Outline of each labelled region of a cell map: {k: (n, 2, 2) segments ((x0, y0), (x1, y1))}
-    in cell coordinates (cell (row r, column c) spans x in c +- 1/2, y in r +- 1/2)."""
-    padded = np.pad(labels, 1)
-    out = {}
-    for k in np.unique(labels[labels > 0]):
-        inside = padded == k
-        segs = []
-        # a vertical edge between columns c-1 and c (padded) where exactly one side is inside
-        rows, cols = np.nonzero(inside[:, 1:] != inside[:, :-1])
-        segs += [((c - 0.5, r - 1.5), (c - 0.5, r - 0.5)) for r, c in zip(rows, cols)]
-        rows, cols = np.nonzero(inside[1:, :] != inside[:-1, :])
-        segs += [((c - 1.5, r - 0.5), (c - 0.5, r - 0.5)) for r, c in zip(rows, cols)]
-        out[int(k)] = np.array(segs, dtype=float)
-    return out
-
-
-def nearest_rows(logged: np.ndarray, wanted) -> list[int]:
-    """Indices of the logged steps nearest to each wanted step, without repeats, in order."""
-    idx = [int(np.argmin(np.abs(logged - s))) for s in wanted]
-    return sorted(set(idx))
-
-
-def kl_rise(steps: np.ndarray, kl_first: np.ndarray) -> dict:
-    """Per ``KL_RISE_RULE``."""
-    low = int(np.argmin(kl_first))
-    rises = bool(low < len(steps) - 1 and kl_first[-1] > 1.1 * kl_first[low])
-    return {
-        "kl_A1_min": float(kl_first[low]),
-        "kl_A1_min_step": float(steps[low]),
-        "kl_A1_final": float(kl_first[-1]),
-        "kl_A1_rises_after_stage1": rises,
-    }
-
-
-def compute(cfg: FullConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: FullConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     student = cfg.training()
     # the right panel's learned classes c_1..c_{h-1}; class h is drawn as the true teacher
     contexts = baseline_contexts(student.task())[:-1]
     base = cfg.baseline_training()
-    dirs = train_baselines(base, cfg.run_dir() / "baselines", contexts)
+    dirs = train_baselines(base, run_dir / "baselines", contexts, quiet=cfg.quiet)
     student = replace(student, baselines=dirs)
-    markov_training.run(student)
-    ds, _ = load(student.out)
-    s = _summary(student.out)
+    path = markov_training.run(student, cfg.run_output(run_dir))
+    ds, _ = load(path)
+    s = read_summary(path)
     traj = ds.isel(seed=0, layer=0)
     steps = traj["step"].values
     kl_y, kl_b = traj["kl_yardstick"].values, traj["kl_baseline"].values
@@ -262,7 +155,7 @@ def compute(cfg: FullConfig) -> tuple[xr.Dataset, dict]:
             "key": traj["key"].values,
         },
     )
-    baseline_runs = {int(c): _summary(p) for c, p in zip(contexts, dirs)}
+    baseline_runs = {int(c): read_summary(p) for c, p in zip(contexts, dirs)}
     summary = {
         "setting": {
             "model": "full",
@@ -300,16 +193,12 @@ def compute(cfg: FullConfig) -> tuple[xr.Dataset, dict]:
                 for c, b in baseline_runs.items()
             },
         },
-        "training_run": str(student.out),
+        "training_run": str(path),
         "baseline_runs": [str(p) for p in dirs],
     }
     if not cfg.quick:
         summary["reference_boundaries"] = list(REFERENCE_BOUNDARIES)
     return data, summary
-
-
-def _summary(path: Path) -> dict:
-    return json.loads((path / "summary.json").read_text())
 
 
 def report(summary: dict) -> str:
@@ -326,30 +215,6 @@ def report(summary: dict) -> str:
         ),
     ]
     return "\n".join(lines)
-
-
-def run(cfg: FullConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
-STAGE_COLOURS = ("#fde0c5", "#d5ead5", "#d4e1f5", "#eddcf2")
-
-
-def shade_stages(ax, boundaries, last_step: float) -> None:
-    """Shade stage k between consecutive finite ladder steps (stage 1 from step 0)."""
-    edges = [0.0] + [float(b) for b in boundaries if math.isfinite(float(b))] + [last_step]
-    for k, (lo, hi) in enumerate(itertools.pairwise(edges)):
-        ax.axvspan(lo, hi, color=STAGE_COLOURS[k % len(STAGE_COLOURS)], alpha=0.6, lw=0, zorder=0)
-        if hi - lo > 0.08 * last_step:  # no label on a sliver
-            ax.text(
-                (lo + hi) / 2,
-                0.98,
-                f"stage {k + 1}",
-                transform=ax.get_xaxis_transform(),
-                ha="center",
-                va="top",
-                fontsize=7,
-            )
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -372,7 +237,7 @@ def plot(data: xr.Dataset, summary: dict):
             aspect="auto",
             extent=(keys[0] - 0.5, keys[-1] + 0.5, queries[-1] + 0.5, queries[0] - 0.5),
         )
-        for (k, segs), colour in zip(outlines.items(), block_colours):
+        for segs, colour in zip(outlines.values(), block_colours):
             segs = segs + np.array([keys[0], queries[0]])  # cell -> (key, query position)
             ax.add_collection(LineCollection(segs, colors=[colour], lw=0.8, ls="--"))
         ax.set(title=f"step {step:.0f}", xlabel="key position s")
@@ -398,7 +263,9 @@ def plot(data: xr.Dataset, summary: dict):
     # both panels are shaded from the learned-baseline ladder (the best-in-class predictors,
     # spec §2.3); the truncated-teacher ladder is drawn as lines, as it may skip classes
     for ax in (ax_y, ax_b):
-        shade_stages(ax, summary["baseline_ladder_steps"], steps[-1])
+        shade_stages(
+            ax, [0.0, *summary["baseline_ladder_steps"]], float(steps[-1]), label=False, text=True
+        )
     for k in range(yard.shape[1]):
         name = "A^*_1" if k == 0 else f"A^*_{{1:{k + 1}}}"
         ax_y.plot(steps, yard[:, k], label=f"KL to ${name}$")
@@ -419,7 +286,9 @@ def plot(data: xr.Dataset, summary: dict):
         ax.set(yscale="log", xlabel="training step", ylabel="KL (nats)", xlim=(0, steps[-1]))
         ax.legend(fontsize=7, loc="lower left")
 
-    shade_stages(ax_l, summary["baseline_ladder_steps"], steps[-1])
+    shade_stages(
+        ax_l, [0.0, *summary["baseline_ladder_steps"]], float(steps[-1]), label=False, text=True
+    )
     ax_l.plot(steps, data["val_loss"].values, color="k", label="validation")
     ax_l.plot(steps, data["train_loss"].values, color="grey", lw=0.8, label="train probe")
     top = 1.05 * max(summary["yardstick_losses"]["uniform"], float(data["val_loss"].values[0]))
@@ -451,3 +320,15 @@ def plot(data: xr.Dataset, summary: dict):
         f"{data_text}, batch {st['batch']}, lr {st['learning_rate']:.3g}"
     )
     return fig
+
+
+FIGURE = Figure(
+    "incremental-full",
+    "incremental",
+    "full one-layer transformer: composite attention with lag blocks, KL ladder to the "
+    "truncated teachers and learned baselines (paper Figs. 2-3)",
+    FullConfig,
+    compute,
+    plot,
+    report,
+)

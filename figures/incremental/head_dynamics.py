@@ -9,84 +9,48 @@ fitted constant (the ratio of the head-splitting times). Bottom: value alignment
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
 from simulate.incremental import markov_training
-from simulate.incremental.head_ode import solve
+from simulate.incremental.markov_reduction import match_heads, ode_block_mass
 from simulate.incremental.markov_training import MarkovTrainConfig, split_step
 from simulate.store import load
-from theory.incremental.heads import HeadSetting
-
-FIGURE_ID = "incremental-head-dynamics"
 
 
 @dataclass(frozen=True)
-class HeadDynamicsConfig(MarkovTrainConfig):
-    """Minimal transformer, q = 1e-9, W_V = 0, Frobenius-orthogonal teacher, online 512/step."""
+class HeadDynamicsConfig(FigureOptions):
+    """Minimal transformer, q = 1e-9, W_V = 0, Frobenius-orthogonal teacher, online 512/step
+    (quick: d = 20, 256 sequences per step, 1000 steps)."""
 
-    frobenius_orthogonal: bool = True
-    """Gram-Schmidt the teacher's Q_k in the Frobenius inner product (the authors' setting)."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/incremental-head-dynamics/)."""
-    quick: bool = False
-    """CPU-sized run: d = 20, 256 sequences per step, 1000 steps."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+    train: Annotated[MarkovTrainConfig, Flat] = MarkovTrainConfig(frobenius_orthogonal=True)
+    """the training run (one seed; the teacher's Q_k Gram-Schmidted in the Frobenius inner
+    product, the authors' setting)."""
 
     def training(self) -> MarkovTrainConfig:
-        base = {f.name: getattr(self, f.name) for f in fields(MarkovTrainConfig)}
-        cfg = MarkovTrainConfig(**{**base, "out": self.run_dir() / "training", "seeds": 1})
+        cfg = replace(self.train, seeds=1)
         if self.quick:
             cfg = replace(cfg, vocab=20, batch=256, validation=256, steps=1000)
         return cfg
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def _ode_block_mass(cfg: MarkovTrainConfig):
-    """Reduced system of the same blocks and importances over the L lags the last query sees."""
-    setting = HeadSetting(
-        heads=cfg.heads,
-        blocks=tuple(cfg.blocks),
-        window=cfg.length - 1,
-        importances=tuple(cfg.task().importances()),
-        metric="replicator",
-    )
-    eps = cfg.query_scale if cfg.query_scale else setting.window * 1e-6
-    batch = solve(setting, [eps], [cfg.seed], t_max=5000.0, n_save=1500)
-    lag_block = np.zeros((setting.window, setting.h))
-    for j in range(setting.h):
-        lag_block[list(setting.lags(j)), j] = 1.0
-    return batch.ts, batch.s[0] @ lag_block, batch.v[0]
-
-
-def _match_heads(train_final, ode_final):
-    """Permutation of ODE heads closest to the trained heads' final block masses."""
-    H = train_final.shape[0]
-    return min(
-        itertools.permutations(range(H)),
-        key=lambda p: np.sum((train_final - ode_final[list(p)]) ** 2),
-    )
-
-
-def compute(cfg: HeadDynamicsConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     training = cfg.training()
-    markov_training.run(training)
-    ds, _ = load(training.out)
+    path = markov_training.run(training, cfg.run_output(run_dir))
+    ds, _ = load(path)
     run = ds.isel(seed=0, layer=0)  # the one-layer model's attention
     steps = run["step"].values
-    ts, ode_mass, ode_value = _ode_block_mass(training)
+    ts, ode_mass, ode_value = ode_block_mass(training)
     train_split = split_step(steps, run["block_mass"].values)
     ode_split = split_step(ts, ode_mass)
     scale = train_split / ode_split  # steps per unit of ODE time
-    order = list(_match_heads(run["block_mass"].values[-1], ode_mass[-1]))
+    order = list(match_heads(run["block_mass"].values[-1], ode_mass[-1]))
     data = xr.Dataset(
         {
             "block_mass": (("step", "head", "block"), run["block_mass"].values),
@@ -103,7 +67,7 @@ def compute(cfg: HeadDynamicsConfig) -> tuple[xr.Dataset, dict]:
         },
     )
     summary = {
-        "training_run": str(training.out),
+        "training_run": str(path),
         "split_rule": markov_training.SPLIT_RULE,
         "heads_split_step": train_split,
         "ode_heads_split_time": ode_split,
@@ -121,10 +85,6 @@ def report(summary: dict) -> str:
         f"{summary['ode_heads_split_time']:.4g}: {summary['steps_per_ode_time']:.4g} steps per "
         "unit ODE time"
     )
-
-
-def run(cfg: HeadDynamicsConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -172,3 +132,15 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "incremental-head-dynamics",
+    "incremental",
+    "minimal transformer's head attention and value alignment per block, with the reduced ODE "
+    "(rebuttal Fig. B)",
+    HeadDynamicsConfig,
+    compute,
+    plot,
+    report,
+)

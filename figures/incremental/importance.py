@@ -11,18 +11,21 @@ prediction of the optimiser's steps), drawn through the point nearest m = 1.7.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import Flat
+from figures.core.output import format_table
 from figures.incremental.init_scale import SweepConfig, draw_sweep, run_row, train_sweep
-from figures.incremental.timing_training import STAGE1_RULE, stage1_step
 from simulate.incremental.markov_training import LADDER_RULE, MarkovTrainConfig
+from simulate.incremental.training_stages import STAGE1_RULE, stage1_step
+from simulate.measure.fits import loglog_slope
 from theory.validation import require
 
-FIGURE_ID = "incremental-importance"
 ANCHOR_M = 1.7
 """the theory trend is drawn through the measured point nearest this m."""
 
@@ -31,16 +34,13 @@ ANCHOR_M = 1.7
 class ImportanceConfig(SweepConfig):
     """Importance-ratio sweep (paper Fig. 4 right): spans 2, 2, 2, q = 1e-9, online 512/step."""
 
-    FIGURE: ClassVar[str] = FIGURE_ID
+    train: Annotated[MarkovTrainConfig, Flat] = MarkovTrainConfig(steps=1500, log_every=5)
+    """the shared training setting (q = 1e-9, W_V = 0, float64 below q = 1e-6; rows logged every
+    5 steps: the stage-1 step comes within tens of steps)."""
     ratios: tuple[float, ...] = (1.0, 1.3, 1.5, 1.7)
     """importance ratios m > 0 (c_k = m^(h-k))."""
-    query_scale: float = 1e-9
-    """q: W_Q ~ U(-q, q), W_V = 0 (float64 below 1e-6)."""
-    log_every: int = 5
-    """steps between logged rows (the stage-1 step comes within tens of steps)."""
 
     def __post_init__(self):
-        super().__post_init__()
         require(
             len(self.ratios) >= 2 and all(np.isfinite(m) and m > 0 for m in self.ratios),
             "ratios",
@@ -48,32 +48,22 @@ class ImportanceConfig(SweepConfig):
             "two or more importance ratios m > 0",
         )
         require(len(set(self.ratios)) == len(self.ratios), "ratios", self.ratios, "distinct ratios")
+        q = self.train.query_scale
         require(
-            np.isfinite(self.query_scale) and self.query_scale > 0,
+            q is not None and np.isfinite(q) and q > 0,
             "query_scale",
-            self.query_scale,
+            q,
             "a query-init scale > 0",
         )
 
     def runs(self) -> dict[str, MarkovTrainConfig]:
-        base = replace(self.base(), query_scale=self.query_scale)
-        return {
-            f"m={m:g}": replace(base, m=m, out=self.run_dir() / f"m={m:g}") for m in self.ratios
-        }
+        base = self.base()
+        return {f"m={m:g}": replace(base, m=m) for m in self.ratios}
 
 
-def fitted_slope(ms, t1) -> float:
-    """Least-squares slope of ln t_1 against ln m over the finite positive t_1 (nan if < 2)."""
-    ms, t1 = np.asarray(ms, float), np.asarray(t1, float)
-    ok = np.isfinite(t1) & (t1 > 0)
-    if ok.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(np.log(ms[ok]), np.log(t1[ok]), 1)[0])
-
-
-def compute(cfg: ImportanceConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: ImportanceConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     runs = cfg.runs()
-    data, summaries = train_sweep(runs)
+    data, summaries = train_sweep(runs, run_dir, cfg.quiet)
     steps = data["step"].values
     rows = []
     for label, cfg_m in runs.items():
@@ -83,7 +73,7 @@ def compute(cfg: ImportanceConfig) -> tuple[xr.Dataset, dict]:
             steps, data["val_loss"].sel(run=label).values, levels["uniform"], levels["A*_1:1"]
         )
         rows.append({**run_row(label, s), "m": cfg_m.m, "stage1_step": t1, "levels": levels})
-    h = len(cfg.blocks)
+    h = len(cfg.train.blocks)
     ms = [r["m"] for r in rows]
     t1 = [r["stage1_step"] for r in rows]
     anchor = int(np.argmin(np.abs(np.asarray(ms) - ANCHOR_M)))
@@ -94,9 +84,9 @@ def compute(cfg: ImportanceConfig) -> tuple[xr.Dataset, dict]:
         "stage1_rule": STAGE1_RULE,
         "rows": rows,
         "predicted_slope": -(h - 1),
-        "fitted_slope": fitted_slope(ms, t1),
+        "fitted_slope": loglog_slope(ms, t1),
         "anchor": {"m": ms[anchor], "stage1_step": t1[anchor]},
-        "query_scale": cfg.query_scale,
+        "query_scale": cfg.train.query_scale,
     }
     return data, summary
 
@@ -131,10 +121,6 @@ def report(summary: dict) -> str:
         f"{table}\nstage-1 step vs m: fitted log-log slope {summary['fitted_slope']:.3f}, "
         f"reduced theory (gradient flow) {summary['predicted_slope']}"
     )
-
-
-def run(cfg: ImportanceConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -174,3 +160,15 @@ def plot(data: xr.Dataset, summary: dict):
     inset.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "incremental-importance",
+    "incremental",
+    "excess validation loss against the step for importance ratios m, stage-1 step vs m "
+    "(paper Fig. 4 right)",
+    ImportanceConfig,
+    compute,
+    plot,
+    report,
+)

@@ -15,101 +15,54 @@ The sweep machinery here (``SweepConfig``, ``train_sweep``) is shared with
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from simulate.incremental import markov_training
 from simulate.incremental.markov_training import LADDER_RULE, SPLIT_RULE, MarkovTrainConfig
-from simulate.store import load
+from simulate.incremental.training_stages import STALL_RULE, stall_level
+from simulate.runner import RunOutput
+from simulate.store import load, read_summary
 from theory.validation import require
 
-FIGURE_ID = "incremental-init-scale"
 FLOAT64_AT_OR_BELOW = 1e-6
 """q in (0, 1e-6] trains in float64 (spec §4: repeat q <= 1e-6 in float64)."""
-STALL_RULE = (
-    "symmetric-stall level: validation loss of the smallest q > 0 at the last logged step "
-    f"before its heads split ({SPLIT_RULE})"
-)
 
 
 @dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(FigureOptions):
     """Minimal transformer trained online on the Markov chain (AdamW lr 0.08), one run per swept
-    value; the task and sizes shared by the runs."""
+    value (one seed each); the task and sizes shared by the runs. Quick: 256 sequences per step
+    and for validation, 1000 steps (d stays 50: at d = 20 the truncated teacher A*_1 predicts
+    worse than uniform and the ladder is not defined)."""
 
-    FIGURE: ClassVar[str] = ""
-    vocab: int = 50
-    """d, vocabulary size."""
-    blocks: tuple[int, ...] = (2, 2, 2)
-    """lag-block sizes |I(k)|, most recent first."""
-    batch: int = 512
-    """fresh sequences per step (online)."""
-    validation: int = 512
-    """validation sequences."""
-    steps: int = 1500
-    """optimizer steps (a multiple of chunk)."""
-    log_every: int = 10
-    """steps between logged rows."""
-    chunk: int = 100
-    """steps per compiled chunk (a multiple of log_every)."""
-    seed: int = 0
-    """training seed (initialisation and data order)."""
-    teacher_seed: int = 0
-    """seed of the teacher and the validation set."""
-    quick: bool = False
-    """CPU-sized runs: 256 sequences per step and for validation, 1000 steps (d stays 50: at
-    d = 20 the truncated teacher A*_1 predicts worse than uniform and the ladder is not defined)."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/<figure id>/)."""
-    quiet: bool = False
-    """no progress bars."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
-
-    def __post_init__(self):
-        self.base()  # the training config validates the shared fields
+    train: Annotated[MarkovTrainConfig, Flat] = MarkovTrainConfig(steps=1500)
+    """the shared training setting (spans 2, 2, 2, m = 1.7, online 512/step, 1500 steps)."""
 
     def base(self) -> MarkovTrainConfig:
-        cfg = MarkovTrainConfig(
-            vocab=self.vocab,
-            blocks=self.blocks,
-            batch=self.batch,
-            validation=self.validation,
-            steps=self.steps,
-            log_every=self.log_every,
-            chunk=self.chunk,
-            seed=self.seed,
-            teacher_seed=self.teacher_seed,
-            quiet=self.quiet,
-        )
+        cfg = replace(self.train, seeds=1)
         if self.quick:
             cfg = replace(cfg, batch=256, validation=256, steps=1000)
         return cfg
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, self.FIGURE)
 
 
 @dataclass(frozen=True)
 class InitScaleConfig(SweepConfig):
     """Query-init scale sweep (paper Fig. 4 left): spans 2, 2, 2, m = 1.7, online 512/step."""
 
-    FIGURE: ClassVar[str] = FIGURE_ID
     scales: tuple[float, ...] = (1e-3, 1e-6, 1e-9, 0.0)
     """query-init scales q >= 0 (W_Q ~ U(-q, q), W_V = 0; 0: identical heads)."""
     xavier: bool = True
     """also train the default Xavier init (W_Q and W_V), drawn dashed."""
-    m: float = 1.7
-    """importance ratio m (dimensionless)."""
 
     def __post_init__(self):
-        super().__post_init__()
         require(
             len(self.scales) > 0 and all(np.isfinite(q) and q >= 0 for q in self.scales),
             "scales",
@@ -119,31 +72,25 @@ class InitScaleConfig(SweepConfig):
         require(len(set(self.scales)) == len(self.scales), "scales", self.scales, "distinct scales")
 
     def runs(self) -> dict[str, MarkovTrainConfig]:
-        base = replace(self.base(), m=self.m)
-        runs = (
-            {}
-            if not self.xavier
-            else {"Xavier": replace(base, query_scale=None, out=self.run_dir() / "xavier")}
-        )
+        base = self.base()
+        runs = {} if not self.xavier else {"Xavier": replace(base, query_scale=None)}
         for q in self.scales:
             tiny = 0 < q <= FLOAT64_AT_OR_BELOW
-            runs[f"q={q:g}"] = replace(
-                base,
-                query_scale=q,
-                out=self.run_dir() / f"q={q:g}",
-                precision="float64" if tiny else "auto",
-            )
+            runs[f"q={q:g}"] = replace(base, query_scale=q, precision="float64" if tiny else "auto")
         return runs
 
 
-def train_sweep(runs: dict[str, MarkovTrainConfig]) -> tuple[xr.Dataset, dict[str, dict]]:
-    """Train each labelled run (one seed) and gather its validation loss, excess loss over its own
-    Bayes loss, KL to the truncated teachers and head asymmetry; plus each run's summary.json."""
+def train_sweep(
+    runs: dict[str, MarkovTrainConfig], run_dir: Path, quiet: bool
+) -> tuple[xr.Dataset, dict[str, dict]]:
+    """Train each labelled run (one seed) into ``run_dir/<label in lower case>`` and gather its
+    validation loss, excess loss over its own Bayes loss, KL to the truncated teachers and head
+    asymmetry; plus each run's summary.json."""
     rows, summaries = [], {}
     for label, cfg in runs.items():
-        markov_training.run(cfg)
-        ds, _ = load(cfg.out)
-        summary = json.loads((cfg.out / "summary.json").read_text())
+        path = markov_training.run(cfg, RunOutput(out=Path(run_dir) / label.lower(), quiet=quiet))
+        ds, _ = load(path)
+        summary = read_summary(path)
         run = ds.isel(seed=0)
         rows.append(
             xr.Dataset(
@@ -174,15 +121,9 @@ def run_row(label: str, summary: dict) -> dict:
     }
 
 
-def stall_level(steps, val_loss, split: float) -> float:
-    """``STALL_RULE``: the loss at the last logged step before ``split`` (nan if no split)."""
-    before = np.nonzero(np.asarray(steps) < split)[0]
-    return float(val_loss[before[-1]]) if np.isfinite(split) and before.size else float("nan")
-
-
-def compute(cfg: InitScaleConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: InitScaleConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     runs = cfg.runs()
-    data, summaries = train_sweep(runs)
+    data, summaries = train_sweep(runs, run_dir, cfg.quiet)
     rows = [{**run_row(label, summaries[label]), "q": runs[label].query_scale} for label in runs]
     first = next(iter(summaries.values()))
     levels = first["yardstick_losses"]
@@ -264,10 +205,6 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: InitScaleConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def draw_sweep(ax, data: xr.Dataset, rows: list[dict], colors: dict, dashed=()) -> None:
     """Excess loss per run (log y) with each run's ladder steps marked on its curve."""
     steps = data["step"].values
@@ -315,3 +252,15 @@ def plot(data: xr.Dataset, summary: dict):
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "incremental-init-scale",
+    "incremental",
+    "excess validation loss against the step for query-init scales q, Xavier and q = 0 "
+    "(paper Fig. 4 left)",
+    InitScaleConfig,
+    compute,
+    plot,
+    report,
+)

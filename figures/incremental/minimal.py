@@ -12,84 +12,59 @@ W_V = 0 per spec §8.4); quick: online, 256 fresh sequences per step (the Figs. 
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
-import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.incremental.timing_training import STAGE1_RULE, stage1_step
+from figures.core.drawing import shade_stages
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from simulate.incremental import markov_training
+from simulate.incremental.attention_maps import HEAD_COLORS, composite, ideal_attention
 from simulate.incremental.markov_training import (
     LADDER_RULE,
     MarkovTrainConfig,
     ladder_steps,
-    lag_blocks,
     split_step,
 )
-from simulate.store import load
+from simulate.incremental.training_stages import (
+    LADDER_CHECK_RULE,
+    STAGE1_RULE,
+    ladder_check,
+    nearest_steps,
+    stage1_step,
+)
+from simulate.store import load, read_summary
 from theory.validation import require
-
-FIGURE_ID = "incremental-minimal"
-HEAD_COLORS = np.array(
-    [
-        [1.0, 0.0, 0.0],
-        [0.0, 0.8, 0.0],
-        [0.1, 0.3, 1.0],
-        [1.0, 0.7, 0.0],
-        [0.8, 0.0, 0.8],
-        [0.0, 0.8, 0.8],
-    ]
-)
-"""colour of head k in the composite maps (RGB for three heads)."""
-LADDER_CHECK_RULE = (
-    "stage k = logged steps in [t_k, t_{k+1}) (t_1 the stage-1 step, t_2, t_3 the ladder steps, "
-    "nan = never); 'smallest during stage k': A*_{1:k} is the closest truncated "
-    "teacher in KL at every logged step of a non-empty stage k; 'KL to A*_1 rises after its "
-    "minimum': its minimum lies in stage 1 and its final value exceeds the minimum by more than "
-    "10%"
-)
-RISE = 0.1
-"""relative rise of KL(A*_1 || model) above its minimum that counts as rising."""
 
 
 @dataclass(frozen=True)
-class MinimalConfig(MarkovTrainConfig):
-    """Paper Fig. 1: spans 2, 2, 2, m = 1.7, 9000 sequences, batch 3000, AdamW lr 0.08."""
+class MinimalConfig(FigureOptions):
+    """Paper Fig. 1: spans 2, 2, 2, m = 1.7, 9000 sequences, batch 3000, AdamW lr 0.08. Quick:
+    online, 256 sequences per step, 256 validation sequences, 1000 steps, maps at 0, 300, 600,
+    1000 (d stays 50: at d = 20 the truncated teacher A*_1 predicts worse than uniform, so the
+    ladder has no first class)."""
 
-    train_size: int | None = 9000
-    """n: training sequences (None: online, fresh sequences every step)."""
-    batch: int = 3000
-    """sequences per step (minibatches of min(batch, n) without replacement)."""
-    validation: int = 3000
-    """validation sequences."""
-    steps: int = 1100
-    """optimizer steps (a multiple of chunk)."""
+    train: Annotated[MarkovTrainConfig, Flat] = MarkovTrainConfig(
+        train_size=9000, batch=3000, validation=3000, steps=1100
+    )
+    """the training run (paper Fig. 1 setting; one seed)."""
     map_steps: tuple[int, ...] = (150, 500, 1000)
     """steps whose attention maps are drawn (the nearest logged steps)."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/incremental-minimal/)."""
-    quick: bool = False
-    """CPU-sized run: online, 256 sequences per step, 256 validation sequences, 1000 steps, maps
-    at 0, 300, 600, 1000 (d stays 50: at d = 20 the truncated teacher A*_1 predicts worse than
-    uniform, so the ladder has no first class)."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
-        super().__post_init__()
         require(
-            len(self.map_steps) > 0 and all(0 <= s <= self.steps for s in self.map_steps),
+            len(self.map_steps) > 0 and all(0 <= s <= self.train.steps for s in self.map_steps),
             "map_steps",
             self.map_steps,
-            f"one or more steps in [0, steps = {self.steps}]",
+            f"one or more steps in [0, steps = {self.train.steps}]",
         )
 
     def training(self) -> MarkovTrainConfig:
-        base = {f.name: getattr(self, f.name) for f in fields(MarkovTrainConfig)}
-        cfg = MarkovTrainConfig(**{**base, "out": self.run_dir() / "training", "seeds": 1})
+        cfg = replace(self.train, seeds=1)
         if self.quick:
             cfg = replace(cfg, train_size=None, batch=256, validation=256, steps=1000)
         return cfg
@@ -97,75 +72,12 @@ class MinimalConfig(MarkovTrainConfig):
     def maps_at(self) -> tuple[int, ...]:
         return (0, 300, 600, 1000) if self.quick else self.map_steps
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def nearest_steps(steps, wanted) -> list[int]:
-    """The logged step nearest each wanted step."""
-    steps = np.asarray(steps)
-    return [int(steps[np.argmin(np.abs(steps - w))]) for w in wanted]
-
-
-def ideal_attention(task) -> np.ndarray:
-    """(H = h, generated, L): head k attends uniformly to the lags of block k from each generated
-    query (the solution of paper Fig. 1 'ideal attention')."""
-    M = lag_blocks(task)
-    return np.moveaxis(M / np.asarray(task.blocks, float), -1, 0)
-
-
-def composite(maps, scale: float) -> np.ndarray:
-    """RGB image (query, key, 3) of per-head maps (H, query, key): head k in ``HEAD_COLORS[k]``,
-    intensity attention / ``scale``, clipped to [0, 1]."""
-    maps = np.clip(np.asarray(maps, float) / scale, 0, 1)
-    return np.clip(np.einsum("hqk,hc->qkc", maps, HEAD_COLORS[: maps.shape[0]]), 0, 1)
-
-
-def stage_masks(steps, bounds) -> list[np.ndarray]:
-    """Boolean masks of stages 1..h over the logged steps: stage k is [t_k, t_{k+1}) with
-    ``bounds`` = [t_1, ..., t_h]; a nan boundary is never reached (its stage is empty and the
-    stage before it runs on)."""
-    steps = np.asarray(steps, float)
-    edges = [np.inf if not np.isfinite(t) else t for t in bounds] + [np.inf]
-    masks = []
-    for k in range(len(bounds)):
-        later = min(edges[k + 1 :])
-        masks.append((steps >= edges[k]) & (steps < later))
-    return masks
-
-
-def ladder_check(steps, kl, bounds) -> dict:
-    """``LADDER_CHECK_RULE`` on one run: ``kl`` (step, h) to A*_{1:k}, ``bounds`` [t_1, ..., t_h]
-    (stage-1 step, then the ladder steps)."""
-    steps, kl = np.asarray(steps, float), np.asarray(kl, float)
-    closest = np.argmin(kl, axis=-1) + 1
-    masks = stage_masks(steps, bounds)
-    out = {}
-    for k, mask in enumerate(masks[:2], start=1):
-        frac = float(np.mean(closest[mask] == k)) if mask.any() else float("nan")
-        out[f"stage{k}_logged_steps"] = int(mask.sum())
-        out[f"stage{k}_fraction_closest_{k}"] = frac
-        out[f"stage{k}_closest_is_A*_1:{k}"] = bool(mask.any() and frac == 1.0)
-    i_min = int(np.argmin(kl[:, 0]))
-    kl_min, kl_final = float(kl[i_min, 0]), float(kl[-1, 0])
-    in_stage1 = bool(masks[0][i_min])
-    out.update(
-        {
-            "kl1_min_step": float(steps[i_min]),
-            "kl1_min": kl_min,
-            "kl1_final": kl_final,
-            "kl1_min_in_stage1": in_stage1,
-            "kl1_rises_after_min": in_stage1 and kl_final > (1 + RISE) * kl_min,
-        }
-    )
-    return out
-
-
-def compute(cfg: MinimalConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: MinimalConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     training = cfg.training()
-    markov_training.run(training)
-    ds, _ = load(training.out)
-    run_summary = json.loads((training.out / "summary.json").read_text())
+    path = markov_training.run(training, cfg.run_output(run_dir))
+    ds, _ = load(path)
+    run_summary = read_summary(path)
     run = ds.isel(seed=0, layer=0)
     steps = run["step"].values
     kl = run["kl_yardstick"].values.astype(float)
@@ -198,7 +110,7 @@ def compute(cfg: MinimalConfig) -> tuple[xr.Dataset, dict]:
     final = float(val[-1])
     bayes = run_summary["bayes_loss"]
     summary = {
-        "training_run": str(training.out),
+        "training_run": str(path),
         "ladder_rule": LADDER_RULE,
         "ladder_check_rule": LADDER_CHECK_RULE,
         "split_rule": markov_training.SPLIT_RULE,
@@ -256,10 +168,6 @@ def report(summary: dict) -> str:
     return format_table(["quantity", "value"], rows)
 
 
-def run(cfg: MinimalConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
-
-
 def _draw_map(ax, image, data: xr.Dataset, title: str) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -303,17 +211,7 @@ def plot(data: xr.Dataset, summary: dict):
     bounds = [float(t) for t in summary["stage_boundaries"]]
     colors = ("tab:red", "tab:orange", "tab:green", "tab:blue")
     for ax in (ax_kl, ax_loss):
-        for k, a in enumerate(bounds):
-            later = [b for b in bounds[k + 1 :] if np.isfinite(b)]
-            b = later[0] if later else float(steps[-1])
-            if np.isfinite(a) and b > a:
-                ax.axvspan(
-                    a,
-                    b,
-                    color=colors[k % 4],
-                    alpha=0.08,
-                    label=f"stage {k + 1}" if ax is ax_kl else None,
-                )
+        shade_stages(ax, bounds, float(steps[-1]), label=ax is ax_kl)
     for i, k in enumerate(data["yardstick"].values):
         ax_kl.plot(
             steps,
@@ -358,3 +256,15 @@ def plot(data: xr.Dataset, summary: dict):
     fig.suptitle("Minimal transformer on the Markov chain: complexity ladder and attention maps")
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "incremental-minimal",
+    "incremental",
+    "minimal transformer: ideal attention, KL ladder with stages, validation loss with "
+    "yardsticks, composite attention maps (paper Fig. 1, Figs. 6-7)",
+    MinimalConfig,
+    compute,
+    plot,
+    report,
+)

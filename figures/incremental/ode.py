@@ -8,10 +8,13 @@ the eps = 0 run (exactly equal heads) that stalls on the competitive plateau.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import xarray as xr
 
-from figures.core.output import format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.output import format_table
 from figures.incremental.ode_config import HeadOdeConfig
 from simulate.incremental.head_ode import plateau_levels, solve
 from simulate.incremental.lumped_escape import lumped_escape_time
@@ -19,10 +22,8 @@ from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time, measured
 from theory.incremental.heads import HeadSetting, HeadSystem
 from theory.incremental.stages import predict_stages
 
-FIGURE_ID = "incremental-ode"
 
-
-def compute(cfg: HeadOdeConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     """Solve the ODE (noisy seeds, the untied eps = 0 start, the symmetric subspace) and measure
     the stages; returns the data the figure draws and the summary."""
     setting = cfg.setting()
@@ -160,7 +161,8 @@ def report(summary: dict) -> str:
                 rows,
             ),
             (
-                f"stage 1: closed-form early-time prediction {first['closed_form_predicted_time']:.4g} "
+                "stage 1: closed-form early-time prediction "
+                f"{first['closed_form_predicted_time']:.4g} "
                 f"(values frozen at linear growth), lumped symmetric system "
                 f"{first['predicted_time']:.4g}, measured {first['measured_time']:.4g}"
             ),
@@ -173,10 +175,6 @@ def report(summary: dict) -> str:
             f"compile {summary['compile_seconds']:.2f} s, run {summary['run_seconds']:.2f} s",
         ]
     )
-
-
-def run(cfg: HeadOdeConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(FIGURE_ID), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -279,3 +277,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "incremental-ode",
+    "incremental",
+    "reduced head ODE: attention, values, loss with predicted stages (paper Fig. 10)",
+    HeadOdeConfig,
+    compute,
+    plot,
+    report,
+)

@@ -3,36 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from figures.core.output import figure_dir
+from figures.core.options import FigureOptions
 from simulate.incremental.head_options import HeadSystemOptions
+from simulate.runner import Seeds
 from theory.validation import require
 
 
 @dataclass(frozen=True)
-class HeadOdeConfig(HeadSystemOptions):
-    """Reduced head ODE: paper Fig. 10 setting by default."""
+class HeadOdeConfig(FigureOptions, HeadSystemOptions, Seeds):
+    """Reduced head ODE: paper Fig. 10 setting by default (quick: one seed, coarser save grid)."""
 
-    seeds: int = 4
-    """number of noise seeds, solved as one vmapped program."""
-    seed: int = 0
-    """first noise seed."""
     t_max: float | None = None
     """horizon in ODE time units; default 500 (replicator, paper) or 2e4 (logit)."""
-    quick: bool = False
-    """CPU-sized run: one seed, coarser save grid."""
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/<figure-id>/ unless OUT ends in that id)."""
-    quiet: bool = False
-    """no progress bar."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
 
     def __post_init__(self):
-        super().__post_init__()
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        HeadSystemOptions.__post_init__(self)
+        Seeds.__post_init__(self)
         require(self.t_max is None or self.t_max > 0, "t_max", self.t_max, "a time > 0")
 
     @property
@@ -40,6 +27,3 @@ class HeadOdeConfig(HeadSystemOptions):
         if self.t_max is not None:
             return self.t_max
         return 500.0 if self.metric == "replicator" else 2e4
-
-    def run_dir(self, figure_id: str) -> Path:
-        return figure_dir(self.out, figure_id)

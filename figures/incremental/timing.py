@@ -10,27 +10,32 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
+from figures.core.figure import Figure
+from figures.core.options import FigureOptions, Flat
+from figures.core.output import format_table
 from figures.incremental import timing_training as training_half
 from simulate.incremental.head_ode import plateau_levels, solve
 from simulate.incremental.lumped_escape import lumped_escape_time
+from simulate.measure.fits import linear_slope
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time
+from simulate.runner import Seeds
 from theory.incremental.heads import METRICS, HeadSetting
-from theory.incremental.stages import predict_stages, vertex_decay_coefficient
+from theory.incremental.stages import asymptotic_sqrt_slope, predict_stages
 from theory.validation import require
 
-FIGURE_ID = "incremental-timing"
 
-
-@dataclass
-class TimingConfig:
-    """ODE timing sweep (paper Fig. 10 system; eps and m grids of the spec)."""
+@dataclass(frozen=True)
+class TimingConfig(FigureOptions):
+    """ODE timing sweep (paper Fig. 10 system; eps and m grids of the spec). Quick: m in
+    {1.5, 2.0}, eps in {1e-3, 1e-6, 1e-9}, one seed; training half q in {1e-3, 1e-7},
+    m in {1.5, 1.7}, one seed, 256 sequences per step, 1000 steps."""
 
     eps: tuple[float, ...] = (1e-3, 1e-6, 1e-9, 1e-12)
     """initial logit-noise scales (dimensionless, > 0)."""
@@ -42,21 +47,11 @@ class TimingConfig:
     """H, number of heads."""
     window: int = 40
     """T, number of lags."""
-    seeds: int = 3
+    noise: Annotated[Seeds, Flat] = Seeds(seeds=3)
     """noise seeds per (m, eps), vmapped."""
-    seed: int = 0
-    """first noise seed."""
-    quick: bool = False
-    """CPU-sized sweep: m in {1.5, 2.0}, eps in {1e-3, 1e-6, 1e-9}, one seed."""
-    out: Path = Path("runs")
-    """output directory."""
-    quiet: bool = False
-    """no progress bar."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
     training: bool = True
     """also run the training half: the minimal transformer over a (q, m) grid (part ii)."""
-    train: training_half.TrainingGrid = field(default_factory=training_half.TrainingGrid)
+    train: training_half.TrainingGrid = training_half.TrainingGrid()
     """grid and sizes of the training half (quick: q in {1e-3, 1e-7}, m in {1.5, 1.7}, one seed,
     256 sequences per step, 1000 steps)."""
 
@@ -79,32 +74,19 @@ class TimingConfig:
             self.metrics,
             f"a subset of {METRICS}",
         )
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
         HeadSetting(heads=self.heads, window=self.window)
 
     def grid(self):
         if self.quick:
             return (1.5, 2.0), (1e-3, 1e-6, 1e-9), 1
-        return self.m, self.eps, self.seeds
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+        return self.m, self.eps, self.noise.seeds
 
 
-def asymptotic_sqrt_slope(setting: HeadSetting) -> float:
-    """Derived d sqrt(t_2 - t_1) / d ln(1/eps) as eps -> 0: 1/(2 sqrt(kappa)), times sqrt(T) under
-    the logit metric, kappa = m_2^2 / |c_2| (``theory.incremental.stages``)."""
-    m = setting.importance_values
-    c = vertex_decay_coefficient(setting.heads, m[0], m[1])
-    slope = 1 / (2 * math.sqrt(m[1] ** 2 / abs(c)))
-    return slope * (math.sqrt(setting.window) if setting.metric == "logit" else 1.0)
-
-
-def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     """Predicted and measured stage times over (metric, m, eps, seed); one vmapped solve per
     metric. Stage 1 is measured at the lead-block mass 1/2, later stages at the loss midpoints."""
     ms, epss, n_seeds = cfg.grid()
-    seeds = [cfg.seed + k for k in range(n_seeds)]
+    seeds = [cfg.noise.seed + k for k in range(n_seeds)]
     shape = (len(cfg.metrics), len(ms), len(epss))
     predicted = measured = midpoint = None
     timing, slopes = {}, []
@@ -147,7 +129,7 @@ def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
             measured[a, i, e, k, 0] = lead_mass_time(batch.ts, s, settings[ms[i]].lags(pr[0].block))
         for i, m in enumerate(ms):
             delays = np.nanmean(measured[a, i, :, :, 1] - measured[a, i, :, :, 0], axis=-1)
-            fit = np.polyfit(np.log(1 / np.asarray(epss)), np.sqrt(delays), 1)[0]
+            fit = linear_slope(np.log(1 / np.asarray(epss)), np.sqrt(delays))
             slopes.append(
                 {
                     "metric": metric,
@@ -206,7 +188,7 @@ def compute(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
     if cfg.training:
         grid = cfg.train.quick() if cfg.quick else cfg.train
         train_data, summary["training"] = training_half.training_timing(
-            grid, cfg.run_dir() / "training", cfg.quiet
+            grid, run_dir / "training", cfg.quiet
         )
         data = xr.merge([data, train_data])
     return data, summary
@@ -245,10 +227,6 @@ def report(summary: dict) -> str:
     if "training" in summary:
         lines.append(training_half.report(summary["training"]))
     return "\n".join(lines)
-
-
-def run(cfg: TimingConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -313,3 +291,15 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    "incremental-timing",
+    "incremental",
+    "predicted vs measured stage times: reduced ODE across eps and m, both metrics; minimal "
+    "transformer across q and m",
+    TimingConfig,
+    compute,
+    plot,
+    report,
+)

@@ -3,7 +3,8 @@
 The minimal transformer is trained online with AdamW (W_V = 0, W_Q ~ U(-q, q)) over a grid of
 query-init scales q and importance ratios m, seeds vmapped. Its stage boundaries (in steps) are
 measured from the validation loss (stage 1) and the KL ladder (stages 2, 3), and predicted by the
-reduced head system (``theory.incremental.heads``, logit metric) integrated from each network's own initial
+reduced head system (``theory.incremental.heads``, logit metric) integrated from each network's own
+initial
 positional logits. AdamW has no time map to the reduced flow, so one time-scale factor (steps per
 unit ODE time) is calibrated at the grid point nearest the paper's default (q = 1e-9, m = 1.7) and
 then used unchanged at every other point: only the trends in q and m are predicted.
@@ -12,8 +13,6 @@ then used unchanged at every other point: only the trends in q and m are predict
 from __future__ import annotations
 
 import itertools
-import json
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,37 +22,22 @@ import xarray as xr
 from figures.core.output import format_table
 from simulate.incremental import markov_training
 from simulate.incremental.head_ode import plateau_levels, solve
-from simulate.incremental.markov_training import (
-    LADDER_RULE,
-    MarkovTrainConfig,
-    build_model,
-    ladder_steps,
+from simulate.incremental.markov_reduction import (
+    PREDICTION_RULE,
+    initial_positional_logits,
+    reduced_setting,
 )
-from simulate.measure.stages import RULE as ODE_STAGE_RULE
-from simulate.measure.stages import first_crossing
-from simulate.store import load
-from theory.incremental.heads import HeadSetting
+from simulate.incremental.markov_training import MarkovTrainConfig
+from simulate.incremental.training_stages import (
+    CALIBRATION_RULE,
+    STAGE_RULE,
+    calibration_point,
+    stage_boundaries,
+    time_factor,
+)
+from simulate.runner import RunOutput
+from simulate.store import load, read_summary
 from theory.validation import require
-
-STAGE1_RULE = (
-    "stage 1: first step at which the validation loss falls below (ln d + L(A*_1)) / 2, "
-    "L(A*_1) the truncated teacher's validation loss (log-linear interpolation between "
-    "logged steps)"
-)
-STAGE_RULE = f"{STAGE1_RULE}; stages k >= 2: the ladder step k ({LADDER_RULE})"
-PREDICTION_RULE = (
-    "reduced head system (theory.incremental.heads, logit metric) with the task's blocks and "
-    "importances c_k over the L lags the last query sees, v(0) = 0, theta(0) = the "
-    "network's initial positional logits W_Q^k[d + L - i, d + L - 1] / sqrt(D) "
-    f"(i = 1..L) of the same seed; stage k: {ODE_STAGE_RULE}; ODE time x one factor"
-)
-CALIBRATION_RULE = (
-    "one factor c (steps per unit ODE time) = exp(mean of ln(measured / ODE time)) "
-    "over the stages and seeds of the grid point nearest (q = 1e-9, m = 1.7) (the m "
-    "nearest 1.7, then the q nearest 1e-9 in ln q); used unchanged elsewhere"
-)
-DEFAULT_POINT = (1e-9, 1.7)
-"""(q, m) of the paper's default run, where the time scale is calibrated."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +77,7 @@ class TrainingGrid:
             "one or more importance ratios > 1",
         )
         require(self.t_max > 0, "train.t_max", self.t_max, "an ODE time > 0")
-        self.config(self.q[0], self.m[0], Path("."), quiet=True)  # validates the sizes
+        self.config(self.q[0], self.m[0])  # validates the sizes
 
     def quick(self) -> TrainingGrid:
         """CPU-sized grid. d stays 50: at d = 20 the truncated teacher A*_1 of teacher seed 0 is
@@ -103,7 +87,7 @@ class TrainingGrid:
             self, q=(1e-3, 1e-7), m=(1.5, 1.7), seeds=1, batch=256, validation=256, steps=1000
         )
 
-    def config(self, q: float, m: float, out: Path, quiet: bool) -> MarkovTrainConfig:
+    def config(self, q: float, m: float) -> MarkovTrainConfig:
         return MarkovTrainConfig(
             vocab=self.vocab,
             m=m,
@@ -114,68 +98,7 @@ class TrainingGrid:
             log_every=self.log_every,
             chunk=100,
             seeds=self.seeds,
-            out=out / f"q={q:g}_m={m:g}",
-            quiet=quiet,
         )
-
-
-def stage1_step(steps, val_loss, ln_d: float, a1_loss: float) -> float:
-    """``STAGE1_RULE`` (nan if never reached)."""
-    return first_crossing(steps, val_loss, 0.5 * (ln_d + a1_loss))
-
-
-def stage_boundaries(steps, val_loss, kl, ln_d: float, a1_loss: float) -> np.ndarray:
-    """``STAGE_RULE`` for one run: [t_1, t_2, ..., t_h] in steps (nan where not reached);
-    ``val_loss`` (step,), ``kl`` (step, h) the KL to A*_{1:k}."""
-    return np.array([stage1_step(steps, val_loss, ln_d, a1_loss), *ladder_steps(steps, kl)])
-
-
-def positional_logits(WQ, vocab: int) -> np.ndarray:
-    """theta_{k,i} = W_Q^k[d + L - i, d + L - 1] / sqrt(D): the last query's positional logit on
-    lag i = 1..L (key position L - i; L positions, D = d + L); ``WQ`` (..., H, D, D), float64."""
-    WQ = np.asarray(WQ, dtype=np.float64)
-    D = WQ.shape[-1]
-    L = D - vocab
-    return WQ[..., vocab + L - np.arange(1, L + 1), vocab + L - 1] / math.sqrt(D)
-
-
-def initial_positional_logits(cfg: MarkovTrainConfig) -> np.ndarray:
-    """``positional_logits`` of each seed's initial model, as the trainer draws it: (seeds, H, L)."""
-    import jax
-
-    from simulate.train import seed_streams
-
-    keys = seed_streams(cfg.seed_ids)["init"]
-    return positional_logits(jax.vmap(lambda k: build_model(cfg, k).WQ)(keys), cfg.vocab)
-
-
-def reduced_setting(cfg: MarkovTrainConfig) -> HeadSetting:
-    task = cfg.task()
-    return HeadSetting(
-        heads=cfg.heads,
-        blocks=tuple(cfg.blocks),
-        window=task.length - 1,
-        importances=tuple(task.importances()),
-        metric="logit",
-    )
-
-
-def calibration_point(qs, ms) -> tuple[int, int]:
-    """Indices (q, m) of the grid point nearest ``DEFAULT_POINT`` per ``CALIBRATION_RULE``."""
-    q0, m0 = DEFAULT_POINT
-    i_m = int(np.argmin(np.abs(np.asarray(ms) - m0)))
-    i_q = int(np.argmin(np.abs(np.log(np.asarray(qs)) - math.log(q0))))
-    return i_q, i_m
-
-
-def time_factor(measured, ode_time) -> float:
-    """Steps per unit ODE time: exp(mean ln(measured / ode_time)) over entries where both are
-    finite and positive (nan if none)."""
-    measured, ode_time = np.asarray(measured, float), np.asarray(ode_time, float)
-    ok = np.isfinite(measured) & np.isfinite(ode_time) & (measured > 0) & (ode_time > 0)
-    if not ok.any():
-        return float("nan")
-    return float(np.exp(np.mean(np.log(measured[ok] / ode_time[ok]))))
 
 
 def training_timing(grid: TrainingGrid, out: Path, quiet: bool) -> tuple[xr.Dataset, dict]:
@@ -186,10 +109,11 @@ def training_timing(grid: TrainingGrid, out: Path, quiet: bool) -> tuple[xr.Data
     measured = runs = None
     theta0, targets, levels, dtypes = [], [], [], {}
     for i, j in points:
-        cfg = grid.config(qs[i], ms[j], out, quiet)
-        markov_training.run(cfg)
-        ds, _ = load(cfg.out)
-        summary = json.loads((cfg.out / "summary.json").read_text())
+        cfg = grid.config(qs[i], ms[j])
+        path = Path(out) / f"q={qs[i]:g}_m={ms[j]:g}"
+        markov_training.run(cfg, RunOutput(out=path, quiet=quiet))
+        ds, _ = load(path)
+        summary = read_summary(path)
         yard = summary["yardstick_losses"]
         steps = ds["step"].values
         if measured is None:
@@ -209,7 +133,7 @@ def training_timing(grid: TrainingGrid, out: Path, quiet: bool) -> tuple[xr.Data
         targets += [setting.target()] * grid.seeds
         levels += [plateau_levels(setting)] * grid.seeds
         dtypes[f"q={qs[i]:g}, m={ms[j]:g}"] = summary["dtype"]
-        runs[f"q={qs[i]:g}, m={ms[j]:g}"] = str(cfg.out)
+        runs[f"q={qs[i]:g}, m={ms[j]:g}"] = str(path)
     ode = solve(
         setting,
         np.zeros(len(targets)),

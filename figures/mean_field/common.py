@@ -1,18 +1,19 @@
-"""What the trained mean-field figures share (spec ``mean_field.md`` §7): the figure config built on
-the experiment's (``simulate.mean_field.training.MeanFieldConfig``), its quick setting, the
-training run in a subdirectory of the figure's run directory, and the linear-response yardsticks.
-"""
+"""What the trained mean-field figures share (spec ``mean_field.md`` §7): the figure options with
+the experiment's config nested (``simulate.mean_field.training.MeanFieldConfig``), its quick
+setting, and the training run in a subdirectory of the figure's run directory."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
-import numpy as np
+import xarray as xr
 
+from figures.core.options import FigureOptions, Flat
 from simulate.mean_field import training as mean_field_training
 from simulate.mean_field.training import MeanFieldConfig
-from simulate.store import load
+from simulate.store import load, read_summary
 
 QUICK = {
     "tokens": 256,
@@ -29,55 +30,25 @@ bin), 200 Adam steps, one seed."""
 
 
 @dataclass(frozen=True)
-class TrainedFigureConfig(MeanFieldConfig):
-    """A figure over the mean-field training experiment (spec §4 defaults)."""
+class TrainedFigureOptions(FigureOptions):
+    """A figure over the mean-field training experiment; quick: N = 256, depth step 1/16,
+    200 Adam steps, one seed."""
 
-    out: Path = Path("runs")
-    """output directory (the figure goes to OUT/FIGURE_ID/, its training runs below it)."""
-    quick: bool = False
-    """CPU-sized: N = 256, depth step 1/16, 200 Adam steps, one seed."""
-    replot: bool = False
-    """redraw the figure from the run stored in the output directory; nothing is recomputed."""
+    train: Annotated[MeanFieldConfig, Flat] = MeanFieldConfig()
+    """the training run (spec §4 defaults)."""
 
-    def training(self, run_dir: Path, name: str = "training", **overrides) -> MeanFieldConfig:
-        """The experiment config this figure trains, into ``run_dir/name``."""
-        base = {f.name: getattr(self, f.name) for f in fields(MeanFieldConfig)}
-        cfg = MeanFieldConfig(**{**base, "out": run_dir / name})
-        if self.quick:
-            cfg = replace(cfg, **QUICK)
+    def training(self, **overrides) -> MeanFieldConfig:
+        """The experiment config this figure trains: ``train``, in the quick setting with
+        ``--quick``, then ``overrides``."""
+        cfg = replace(self.train, **QUICK) if self.quick else self.train
         return replace(cfg, **overrides) if overrides else cfg
 
 
-def train(cfg: MeanFieldConfig):
-    """Run the experiment and load what it stored: ``(dataset, summary)``."""
-    import json
-
-    mean_field_training.run(cfg)
-    ds, _ = load(cfg.out)
-    return ds, json.loads((cfg.out / "summary.json").read_text())
-
-
-def linear_response(cfg: MeanFieldConfig) -> dict:
-    """Seed-averaged ``||G_t||`` per bin and Gramian ``int ||G_t||^2 dt`` at ``W = 0``
-    (``simulate.mean_field.training.linear_response``), and the restoring rate of the escape
-    mode (``restoring_rate``, S^1)."""
-    runs = [mean_field_training.linear_response(cfg, s) for s in cfg.seed_ids]
-    out = {
-        "gradient_norm": np.mean([r["gradient_norm"] for r in runs], axis=0),
-        "gramian": float(np.mean([r["gramian"] for r in runs])),
-    }
-    if cfg.dim == 2:
-        out["kappa"] = float(
-            np.mean([mean_field_training.restoring_rate(cfg, s) for s in cfg.seed_ids])
-        )
-    return out
-
-
-def fit_rate(depth_centres, norms, depth: float, window: float) -> float:
-    """``kappa`` of ``||W_t|| ∝ e^{-kappa (T - t)}``: least-squares slope of ``log ||W_b||`` over
-    the bins in the last ``window`` of the depth."""
-    t, n = np.asarray(depth_centres, float), np.asarray(norms, float)
-    sel = (t >= depth - window) & (n > 0)
-    if sel.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(t[sel], np.log(n[sel]), 1)[0])
+def train(
+    options: FigureOptions, cfg: MeanFieldConfig, run_dir: Path, name: str = "training"
+) -> tuple[xr.Dataset, dict]:
+    """Run the experiment into ``run_dir/name`` and load what it stored: ``(dataset, summary)``."""
+    output = options.run_output(run_dir, name)
+    mean_field_training.run(cfg, output)
+    ds, _ = load(output.out)
+    return ds, read_summary(output.out)

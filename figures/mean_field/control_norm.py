@@ -13,33 +13,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.mean_field.common import TrainedFigureConfig, fit_rate, linear_response, train
-from simulate.mean_field.training import WIDTH_RULE, profile_summary
+from figures.core.figure import Figure
+from figures.core.options import Flat
+from figures.core.output import format_table
+from figures.mean_field.common import TrainedFigureOptions, train
+from simulate.mean_field.measure import FIT_RULE, fit_rate
+from simulate.mean_field.training import (
+    WIDTH_RULE,
+    MeanFieldConfig,
+    mean_linear_response,
+    profile_summary,
+)
 from theory.mean_field.energy import lq_width, opposing_rate
-
-FIGURE_ID = "mean-field-control-norm"
-FIT_RULE = "kappa fitted: slope of log ||W_b|| over the bins in the last quarter of the depth"
 
 
 @dataclass(frozen=True)
-class ControlNormConfig(TrainedFigureConfig):
-    """Control profiles for lambda from the spec's 1e-3..1e-1 into the linear-response regime."""
+class ControlNormConfig(TrainedFigureOptions):
+    """Control profiles for lambda from the spec's 1e-3..1e-1 into the linear-response regime;
+    quick: N = 256, depth step 1/16, 200 Adam steps, one seed."""
 
-    lambdas: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
-    """lambda values (the spec's three, all in the saturated regime here, plus 1 and 10)."""
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+    train: Annotated[MeanFieldConfig, Flat] = MeanFieldConfig(lambdas=(1e-3, 1e-2, 1e-1, 1.0, 10.0))
+    """the training run: spec §4 defaults, lambda = the spec's three (all in the saturated
+    regime here) plus 1 and 10."""
 
 
-def compute(cfg: ControlNormConfig) -> tuple[xr.Dataset, dict]:
-    training = cfg.training(cfg.run_dir())
-    ds, train_summary = train(training)
+def compute(cfg: ControlNormConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    training = cfg.training()
+    ds, train_summary = train(cfg, training, run_dir)
     norms = ds["control_norm"].mean("seed")  # (step, lam, bin)
     peak = np.zeros(norms.shape[:2])
     width = np.zeros(norms.shape[:2])
@@ -50,7 +55,7 @@ def compute(cfg: ControlNormConfig) -> tuple[xr.Dataset, dict]:
                 peak[i, j], width[i, j] = stats["peak_depth"], stats["width90"]
             else:
                 peak[i, j] = width[i, j] = np.nan
-    lr = linear_response(training)
+    lr = mean_linear_response(training)
     centres = training.bin_centres()
     final = norms.isel(step=-1).values
     big = int(np.argmax(training.lambdas))
@@ -67,7 +72,7 @@ def compute(cfg: ControlNormConfig) -> tuple[xr.Dataset, dict]:
         coords={"lam": np.asarray(training.lambdas), "bin": centres, "step": ds["step"].values},
     )
     summary = {
-        "training_run": str(training.out),
+        "training_run": str(run_dir / "training"),
         "width_rule": WIDTH_RULE,
         "fit_rule": FIT_RULE,
         "depth": training.depth,
@@ -143,10 +148,6 @@ def report(summary: dict) -> str:
             rows,
         )
     )
-
-
-def run(cfg: ControlNormConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -226,3 +227,14 @@ def plot(data: xr.Dataset, summary: dict):
     fig.suptitle("Control norm over depth: small in the middle, concentrated near the output")
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id="mean-field-control-norm",
+    paper="mean-field",
+    description="||W_t|| over depth for several lambda, linear response and e^{-kappa(T-t)}",
+    config=ControlNormConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

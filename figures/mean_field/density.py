@@ -11,45 +11,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.mean_field.common import TrainedFigureConfig, train
-
-FIGURE_ID = "mean-field-density"
-ONSET_DIFFERENCE = 0.1
-ONSET_RULE = (
-    f"escape onset = the last depth at which the trained <x, e_2> is within "
-    f"{ONSET_DIFFERENCE} of the untrained one (seed mean; beyond it the gap stays "
-    f"> {ONSET_DIFFERENCE})"
-)
+from figures.core.figure import Figure
+from figures.core.options import Flat
+from figures.core.output import format_table
+from figures.mean_field.common import TrainedFigureOptions, train
+from simulate.mean_field.measure import ONSET_RULE, escape_onset
+from simulate.mean_field.training import MeanFieldConfig
 
 
 @dataclass(frozen=True)
-class DensityConfig(TrainedFigureConfig):
-    """Density over depth, W = 0 vs trained at lambda = 1e-2 (spec §4 defaults)."""
+class DensityConfig(TrainedFigureOptions):
+    """Density over depth, W = 0 vs trained at lambda = 1e-2 (spec §4 defaults); quick: N = 256,
+    depth step 1/16, 200 Adam steps, one seed."""
 
-    lambdas: tuple[float, ...] = (1e-2,)
-    """lambda of the trained flow (the first is drawn)."""
-
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
+    train: Annotated[MeanFieldConfig, Flat] = MeanFieldConfig(lambdas=(1e-2,))
+    """the training run: spec §4 defaults, lambda = 1e-2 (the first lambda is drawn)."""
 
 
-def escape_onset(depth, trained, untrained, difference: float = ONSET_DIFFERENCE) -> float:
-    """``ONSET_RULE``: nan if the trained curve never separates for good."""
-    gap = np.abs(np.asarray(trained, float) - np.asarray(untrained, float)) > difference
-    if not gap[-1]:
-        return float("nan")
-    close = np.nonzero(~gap)[0]
-    return float(depth[close[-1]]) if close.size else float(depth[0])
-
-
-def compute(cfg: DensityConfig) -> tuple[xr.Dataset, dict]:
-    training = cfg.training(cfg.run_dir())
-    ds, train_summary = train(training)
+def compute(cfg: DensityConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    training = cfg.training()
+    ds, train_summary = train(cfg, training, run_dir)
     first, last = ds.isel(step=0, lam=0), ds.isel(step=-1, lam=0)
     depth = ds["depth"].values
     e2_0, e2_1 = first["e2"].mean("seed").values, last["e2"].mean("seed").values
@@ -76,7 +62,7 @@ def compute(cfg: DensityConfig) -> tuple[xr.Dataset, dict]:
     )
     lam = f"{training.lambdas[0]:g}"
     summary = {
-        "training_run": str(training.out),
+        "training_run": str(run_dir / "training"),
         "onset_rule": ONSET_RULE,
         "lambda": lam,
         "depth": training.depth,
@@ -109,10 +95,6 @@ def report(summary: dict) -> str:
         f"token density, lambda = {summary['lambda']} (rule: {summary['onset_rule']})\n"
         + format_table(["quantity", "value"], [[k, summary[k]] for k in keys])
     )
-
-
-def run(cfg: DensityConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def _draw_paths(ax, depth, paths):
@@ -204,3 +186,14 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id="mean-field-density",
+    paper="mean-field",
+    description="token density over depth, W = 0 vs trained FFN, with the escape onset",
+    config=DensityConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

@@ -10,36 +10,43 @@ lambda against the restoring rate ``kappa`` of the escape mode, with the LQ pred
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
-from figures.core.output import figure_dir, format_table, run_figure
-from figures.mean_field.common import TrainedFigureConfig, linear_response, train
-from simulate.mean_field.training import escape
+from figures.core.figure import Figure
+from figures.core.options import Flat
+from figures.core.output import format_table
+from figures.mean_field.common import TrainedFigureOptions, train
+from simulate.mean_field.training import MeanFieldConfig, escape, mean_linear_response
+from simulate.measure.fits import loglog_slope_last_two
 from theory.mean_field.energy import lq_width, validate_beta, validate_tau
 from theory.validation import require
 
-FIGURE_ID = "mean-field-escape"
+QUICK_STEPS = 150
+"""Adam steps of each quick training (three trainings: fewer steps keep the figure near a
+minute)."""
 
 
 @dataclass(frozen=True)
-class EscapeConfig(TrainedFigureConfig):
+class EscapeConfig(TrainedFigureOptions):
     """Escape against lambda for several noise levels (and inverse temperatures); quick: the
-    three tau at beta = 2, 150 Adam steps."""
+    three tau at beta = 2, N = 256, depth step 1/16, 150 Adam steps, one seed."""
 
-    lambdas: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
-    """lambda values (the spec's 1e-3..1 reach only the saturated regime here; 10 and 100 show
-    the 1/lambda law)."""
+    train: Annotated[MeanFieldConfig, Flat] = MeanFieldConfig(
+        lambdas=(1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    )
+    """the training runs: spec §4 defaults, lambda = the spec's 1e-3..1 (only the saturated
+    regime here) plus 10 and 100 (the 1/lambda law)."""
     taus: tuple[float, ...] = (0.02, 0.05, 0.1)
     """noise levels, at beta = the config's beta."""
     extra_betas: tuple[float, ...] = (1.0, 4.0)
     """further inverse temperatures, at tau = the config's tau (quick: none)."""
 
-    def __post_init__(self):
-        super().__post_init__()
+    def __post_init__(self) -> None:
         require(len(self.taus) >= 1, "taus", self.taus, "one or more noise levels")
         for t in self.taus:
             validate_tau(t)
@@ -48,35 +55,24 @@ class EscapeConfig(TrainedFigureConfig):
 
     def cases(self) -> list[tuple[float, float]]:
         """(beta, tau) of the training runs."""
-        cases = [(self.beta, t) for t in self.taus]
+        beta, tau = self.train.beta, self.train.tau
+        cases = [(beta, t) for t in self.taus]
         if not self.quick:
-            cases += [(b, self.tau) for b in self.extra_betas if b != self.beta]
+            cases += [(b, tau) for b in self.extra_betas if b != beta]
         return cases
 
-    def run_dir(self) -> Path:
-        return figure_dir(self.out, FIGURE_ID)
 
-
-def loglog_slope(x, y) -> float:
-    """Slope of ``log y`` against ``log x`` through the last two points (nan if y <= 0)."""
-    x, y = np.asarray(x, float)[-2:], np.asarray(y, float)[-2:]
-    if np.any(y <= 0):
-        return float("nan")
-    return float(np.diff(np.log(y))[0] / np.diff(np.log(x))[0])
-
-
-def compute(cfg: EscapeConfig) -> tuple[xr.Dataset, dict]:
+def compute(cfg: EscapeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     cases = cfg.cases()
     esc, esc_std, held, width, grams, kappas, e2_0 = [], [], [], [], [], [], []
     per_case = {}
     for beta, tau in cases:
-        training = cfg.training(cfg.run_dir(), f"beta{beta:g}_tau{tau:g}", beta=beta, tau=tau)
-        if cfg.quick:  # three trainings: fewer Adam steps keep the figure near a minute
-            training = replace(training, steps=150, chunk=150)
-        ds, train_summary = train(training)
+        quick = {"steps": QUICK_STEPS, "chunk": QUICK_STEPS} if cfg.quick else {}
+        training = cfg.training(beta=beta, tau=tau, **quick)
+        ds, train_summary = train(cfg, training, run_dir, f"beta{beta:g}_tau{tau:g}")
         e = escape(ds).isel(step=-1)
         h = escape(ds, heldout=True).isel(step=-1)
-        lr = linear_response(training)
+        lr = mean_linear_response(training)
         esc.append(e.mean("seed").values)
         esc_std.append(e.std("seed").values)
         held.append(h.mean("seed").values)
@@ -92,7 +88,7 @@ def compute(cfg: EscapeConfig) -> tuple[xr.Dataset, dict]:
             "heldout_escape": held[-1].tolist(),
             # saturated escapes may tie: non-increasing within 0.02
             "monotone_in_lambda": bool(np.all(np.diff(esc[-1]) < 0.02)),
-            "loglog_slope_largest_lambdas": loglog_slope(lams, esc[-1]),
+            "loglog_slope_largest_lambdas": loglog_slope_last_two(lams, esc[-1]),
             "escape_times_lambda_over_gramian": float(esc[-1][-1] * lams[-1] / lr["gramian"]),
             "gramian": lr["gramian"],
             "kappa": lr["kappa"],
@@ -111,7 +107,7 @@ def compute(cfg: EscapeConfig) -> tuple[xr.Dataset, dict]:
         },
         coords={
             "case": np.arange(len(cases)),
-            "lam": np.asarray(cfg.lambdas),
+            "lam": np.asarray(cfg.train.lambdas),
             "beta": ("case", [c[0] for c in cases]),
             "tau": ("case", [c[1] for c in cases]),
         },
@@ -120,7 +116,7 @@ def compute(cfg: EscapeConfig) -> tuple[xr.Dataset, dict]:
         "cases": [list(c) for c in cases],
         "per_case": per_case,
         "escape_rule": "escape = G(W = 0) - G(W) at the output, seed mean (training draw)",
-        "noise": cfg.noise,
+        "noise": cfg.train.noise,
     }
     return data, summary
 
@@ -155,10 +151,6 @@ def report(summary: dict) -> str:
             rows,
         )
     )
-
-
-def run(cfg: EscapeConfig) -> dict:
-    return run_figure(FIGURE_ID, cfg, cfg.run_dir(), compute, plot, report)
 
 
 def plot(data: xr.Dataset, summary: dict):
@@ -222,3 +214,15 @@ def plot(data: xr.Dataset, summary: dict):
     )
     fig.tight_layout()
     return fig
+
+
+FIGURE = Figure(
+    id="mean-field-escape",
+    paper="mean-field",
+    description="escape against lambda (Gramian/lambda law, saturation) and terminal width vs "
+    "kappa",
+    config=EscapeConfig,
+    compute=compute,
+    plot=plot,
+    report=report,
+)

@@ -1,4 +1,5 @@
-"""Sparse modular addition (SMA), the task of the clustering-head paper (spec clustering_head.md §2).
+"""Sparse modular addition (SMA), the task of the clustering-head paper (spec clustering_head.md
+§2).
 
 A sequence x = (x_1, ..., x_L) of i.i.d. uniform tokens in Z_p has label y(x) = (x_1 + ... + x_k)
 mod p: only the first k positions matter, positions k+1..L are distractors. Finite train and test
@@ -59,7 +60,8 @@ class SMASetting:
 
     @property
     def histogram_count(self) -> int:
-        """binom(k + p - 1, p - 1): the number of first-k histograms (clusters of a clustering head)."""
+        """binom(k + p - 1, p - 1): the number of first-k histograms (clusters of a clustering
+        head)."""
         return math.comb(self.sparsity + self.modulus - 1, self.modulus - 1)
 
 
@@ -108,9 +110,9 @@ def histograms(sparsity: int, modulus: int) -> list[tuple[int, ...]]:
 
 
 def probe_set(setting: SMASetting, suffixes: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed probe set: for every first-k histogram the sorted prefix with that histogram, followed
-    by ``suffixes`` random distractor suffixes (the same suffixes for every prefix). Returns the
-    sequences (histograms x suffixes, L) and the histogram index of each."""
+    """A fixed probe set: for every first-k histogram the sorted prefix with that histogram,
+    followed by ``suffixes`` random distractor suffixes (the same suffixes for every prefix).
+    Returns the sequences (histograms x suffixes, L) and the histogram index of each."""
     k, L, p = setting.sparsity, setting.length, setting.modulus
     rng = np.random.default_rng(setting.data_seed + 10_000)
     tails = rng.integers(0, p, size=(suffixes, L - k))
@@ -124,7 +126,8 @@ def probe_set(setting: SMASetting, suffixes: int = 4) -> tuple[np.ndarray, np.nd
 
 
 def histogram_index(x: np.ndarray, sparsity: int, modulus: int) -> np.ndarray:
-    """Index in ``histograms(k, p)`` of the first-k histogram n(x) = (n_0, ..., n_{p-1}) of each row."""
+    """Index in ``histograms(k, p)`` of the first-k histogram n(x) = (n_0, ..., n_{p-1}) of each
+    row."""
     counts = np.stack([(x[:, :sparsity] == a).sum(1) for a in range(modulus)], 1)
     table = {h: i for i, h in enumerate(histograms(sparsity, modulus))}
     return np.array([table[tuple(int(c) for c in row)] for row in counts])

@@ -26,10 +26,12 @@ in ``simulate.measure.spikes``). At t = 0 Adam has no second moment yet and the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 import equinox as eqx
 import jax
@@ -49,9 +51,9 @@ from simulate.clustering_head.task import (
     probe_set,
     sample_sequences,
 )
-from simulate.runner import run_experiment
-from simulate.store import load
-from simulate.train import Problem, Schedule, seed_streams
+from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
+from simulate.store import jsonable, load, read_summary
+from simulate.train import DivergenceError, Problem, Schedule, TrainResult, seed_streams
 from theory.validation import require
 
 NAME = "clustering-head"
@@ -65,8 +67,9 @@ ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
 
 
 @dataclass(frozen=True)
-class ClusteringConfig(SMASetting):
-    """The clustering-head model on sparse modular addition (default: the paper's setting)."""
+class ClusteringSetting(SMASetting, Seeds):
+    """The clustering-head model on sparse modular addition and its training (default: the
+    paper's setting). Figures nest this; the experiment's config adds ``quick``."""
 
     vocab: int = 3
     """V_e, token embeddings (>= p; 3 for p = 2 so that the model can be fine-tuned on p = 3)."""
@@ -87,10 +90,8 @@ class ClusteringConfig(SMASetting):
     batch: int = 32
     """sequences per step (data = train: drawn without replacement; >= n means full batch)."""
     epochs: int | None = None
-    """epochs (steps per epoch = ceil(n / batch), 1 with data = population); None: 1000, or 150
-    with quick."""
-    quick: bool = False
-    """CPU-sized run: 150 epochs unless epochs is given."""
+    """epochs (steps per epoch = ceil(n / batch), 1 with data = population); None: the paper's
+    1000 (150 with the experiment's quick)."""
     epochs_per_chunk: int = 50
     """epochs per compiled chunk and checkpoint (must divide the number of epochs)."""
     hessian_iterations: int = 20
@@ -102,19 +103,10 @@ class ClusteringConfig(SMASetting):
     """parameter and data dtype."""
     seeds: int = 1
     """training seeds (initialisation and batch order), vmapped."""
-    seed: int = 0
-    """first seed; seed ids are seed, seed+1, ..."""
-    out: Path = Path("runs/clustering-head")
-    """run directory."""
-    resume: Path | None = None
-    """continue the run stored in this directory from its last checkpoint."""
-    quiet: bool = False
-    """no progress bar."""
-    store: bool = True
-    """write the run store (off only for overhead measurements)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         SMASetting.__post_init__(self)
+        Seeds.__post_init__(self)
         require(
             self.vocab >= self.modulus, "vocab", self.vocab, f"an integer >= p = {self.modulus}"
         )
@@ -166,14 +158,13 @@ class ClusteringConfig(SMASetting):
             self.precision,
             "float32 or float64",
         )
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         if self.init_from is not None:
             object.__setattr__(self, "init_from", Path(self.init_from))  # from JSON on resume
             self._check_init_from()
 
     def _check_init_from(self) -> None:
         path = self.init_from
+        assert path is not None
         require(
             (path / "config.json").exists() and (path / "trajectory.zarr").exists(),
             "init_from",
@@ -204,11 +195,7 @@ class ClusteringConfig(SMASetting):
 
     @property
     def total_epochs(self) -> int:
-        return (
-            self.epochs
-            if self.epochs is not None
-            else (QUICK_EPOCHS if self.quick else PAPER_EPOCHS)
-        )
+        return self.epochs if self.epochs is not None else PAPER_EPOCHS
 
     @property
     def minibatch(self) -> int:
@@ -221,20 +208,30 @@ class ClusteringConfig(SMASetting):
         return 1 if self.data == "population" else -(-self.train_size // self.minibatch)
 
     @property
-    def seed_ids(self) -> list[int]:
-        return list(range(self.seed, self.seed + self.seeds))
-
-    @property
     def schedule(self) -> Schedule:
         spe = self.steps_per_epoch
         return Schedule(self.total_epochs * spe, spe, self.epochs_per_chunk * spe)
 
     @property
-    def dtype(self):
+    def dtype(self) -> type[jnp.floating]:
         return jnp.float64 if self.precision == "float64" else jnp.float32
 
 
-def build_model(cfg: ClusteringConfig, key) -> ClusteringHead:
+@dataclass(frozen=True)
+class ClusteringConfig(ClusteringSetting):
+    """The clustering-head model on sparse modular addition (default: the paper's setting)."""
+
+    quick: bool = False
+    """CPU-sized run: 150 epochs unless epochs is given."""
+
+    @property
+    def total_epochs(self) -> int:
+        if self.epochs is None and self.quick:
+            return QUICK_EPOCHS
+        return super().total_epochs
+
+
+def build_model(cfg: ClusteringSetting, key) -> ClusteringHead:
     model = init_clustering_head(key, cfg.vocab, cfg.length, cfg.width, cfg.dim, cfg.dtype)
     if cfg.init == "ideal":
         model = eqx.tree_at(
@@ -285,26 +282,28 @@ def cluster_quality(points, groups, n_groups: int | None = None):
     return within / (jnp.sum(jnp.where(pairs, gaps, 0.0)) / jnp.sum(pairs))
 
 
-def top_hessian_eigenvalue(loss, params, key, iterations: int):
-    """Largest-magnitude Hessian eigenvalue of ``loss`` at ``params`` (power iteration with
-    forward-over-reverse Hessian-vector products; the Rayleigh quotient of the last iterate)."""
+def top_hessian_eigenvalue(
+    loss: Callable[[Any], jax.Array], params: Any, key: jax.Array, iterations: int
+) -> jax.Array:
+    """Largest-magnitude Hessian eigenvalue of ``loss`` at ``params``: ``optax.power_iteration``
+    (``iterations`` steps, no early stop) on forward-over-reverse Hessian-vector products of the
+    flattened parameters from a standard normal start; the Rayleigh quotient of the last iterate."""
     flat, unravel = jax.flatten_util.ravel_pytree(params)
     grad = jax.grad(lambda f: loss(unravel(f)))
 
-    def hvp(v):
+    def hvp(v: jax.Array) -> jax.Array:
         return jax.jvp(grad, (flat,), (v,))[1]
 
     v0 = jax.random.normal(key, flat.shape, flat.dtype)
-
-    def body(v, _):
-        w = hvp(v)
-        return w / (jnp.linalg.norm(w) + 1e-30), None
-
-    v, _ = jax.lax.scan(body, v0 / jnp.linalg.norm(v0), None, length=iterations)
-    return v @ hvp(v)
+    # optax's stub types a callable matrix as ArrayTree -> ArrayTree; hvp maps arrays to arrays
+    matrix = cast(Callable[[Any], Any], hvp)
+    eigenvalue, _ = optax.power_iteration(matrix, v0=v0, num_iters=iterations, error_tolerance=0.0)
+    return jnp.asarray(eigenvalue)
 
 
-def adam_preconditioner(opt_state, b1: float = ADAM_B1, b2: float = ADAM_B2, eps: float = ADAM_EPS):
+def adam_preconditioner(
+    opt_state: Any, b1: float = ADAM_B1, b2: float = ADAM_B2, eps: float = ADAM_EPS
+) -> Any:
     """P = (1 - b1^t) (sqrt(v_t / (1 - b2^t)) + eps), a pytree like the parameters, from the
     ``optax.adam`` state after t steps: Adam's step is -lr P^{-1} m_t with m_t the gradient EMA
     (NaN at t = 0, before any second moment)."""
@@ -315,7 +314,7 @@ def adam_preconditioner(opt_state, b1: float = ADAM_B1, b2: float = ADAM_B2, eps
         )
         if isinstance(s, optax.ScaleByAdamState)
     )
-    t = adam.count.astype(jnp.result_type(float))
+    t = jnp.asarray(adam.count).astype(jnp.result_type(float))
     undefined = jnp.where(t > 0, 0.0, jnp.nan)
     return jax.tree_util.tree_map(
         lambda v: (1 - b1**t) * (jnp.sqrt(v / (1 - b2**t)) + eps) + undefined, adam.nu
@@ -333,7 +332,7 @@ def preconditioned_top_eigenvalue(loss, params, preconditioner, key, iterations:
     )
 
 
-def problem(cfg: ClusteringConfig) -> Problem:
+def problem(cfg: ClusteringSetting) -> Problem:
     data = draw_data(cfg)
     k, p, L = cfg.sparsity, cfg.modulus, cfg.length
     train_x, train_y, test_x, test_y = data.train, data.train_labels, data.test, data.test_labels
@@ -413,7 +412,20 @@ def problem(cfg: ClusteringConfig) -> Problem:
             )
         return out
 
-    dims = dict.fromkeys(("train_loss", "test_loss", "train_accuracy", "test_accuracy", "objective_loss", "attention_mass", "gradient_norm", "min_embedding_norm", "curvature_bound", "symmetry_defect", "cluster_quality"), ())
+    scalars = (
+        "train_loss",
+        "test_loss",
+        "train_accuracy",
+        "test_accuracy",
+        "objective_loss",
+        "attention_mass",
+        "gradient_norm",
+        "min_embedding_norm",
+        "curvature_bound",
+        "symmetry_defect",
+        "cluster_quality",
+    )
+    dims: dict[str, tuple[str, ...]] = dict.fromkeys(scalars, ())
     dims.update(
         probe_attention=("probe", "position"),
         probe_embedding=("probe", "dim"),
@@ -458,9 +470,10 @@ def model_at(ds, seed: int, step: int = -1) -> ClusteringHead:
     return ClusteringHead(*(jnp.asarray(ds[n].values[seed, step]) for n in WEIGHTS))
 
 
-def _stored_init(cfg: ClusteringConfig):
+def _stored_init(cfg: ClusteringSetting):
     """init(init_key, noise_key) returning the final weights of the stored run's seed whose init
     key is init_key (the trainer vmaps over keys, not seed ids)."""
+    assert cfg.init_from is not None
     ds, _ = load(cfg.init_from)
     ids = ds["seed"].values.tolist()
     rows = [ids.index(i) for i in cfg.seed_ids]
@@ -475,11 +488,11 @@ def _stored_init(cfg: ClusteringConfig):
     return init
 
 
-def optimizer(cfg: ClusteringConfig):
+def optimizer(cfg: ClusteringSetting):
     return optax.adam(cfg.lr, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS)
 
 
-def summarize(cfg: ClusteringConfig, ds) -> dict:
+def summarize(cfg: ClusteringSetting, ds) -> dict:
     """summary.json entries: final metrics and the success flag per seed."""
     steps = ds["step"].values
     final_acc = ds["test_accuracy"].isel(step=-1).values
@@ -498,11 +511,14 @@ def summarize(cfg: ClusteringConfig, ds) -> dict:
     }
 
 
-def run(cfg: ClusteringConfig):
-    """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
+def run(cfg: ClusteringSetting, output: RunOutput = RunOutput()) -> Path | TrainResult:
+    """Run (or resume) the experiment into ``output.out``; returns the run directory (the
+    in-memory result when ``output.store`` is off)."""
     return run_experiment(
         NAME,
-        cfg,
+        # run_experiment reads only .schedule and .seed_ids, which the epoch-based setting has
+        cast(RunOptions, cfg),
+        output,
         problem(cfg),
         optimizer(cfg),
         lambda ds: summarize(cfg, ds),
@@ -516,3 +532,38 @@ def run(cfg: ClusteringConfig):
             "is ceil(n / batch) steps, not a shuffle)",
         },
     )
+
+
+def run_stored(cfg: ClusteringSetting, output: RunOutput) -> Path:
+    """``run`` into the run store (``output.store`` on); returns the run directory."""
+    path = run(cfg, dataclasses.replace(output, store=True))
+    assert isinstance(path, Path)
+    return path
+
+
+def _stored_status(cfg: ClusteringSetting, out: Path) -> str | None:
+    """The status of the run of ``cfg`` already stored in ``out`` (None: none there, or another
+    configuration)."""
+    try:
+        stored = json.loads((out / "config.json").read_text())["config"]
+        status = read_summary(out)["status"]
+    except (OSError, KeyError, ValueError):
+        return None
+    mine = jsonable(dataclasses.asdict(cfg))
+    return status if all(stored.get(k) == v for k, v in mine.items()) else None
+
+
+def run_or_reuse(cfg: ClusteringSetting, output: RunOutput) -> Path:
+    """Run ``cfg`` into ``output.out``, reusing a complete (or diverged: deterministic) stored run
+    of the same configuration and resuming an interrupted one; a divergence ends the run, whose
+    stored rows are kept (status 'diverged' in its summary.json). Returns the run directory."""
+    status = _stored_status(cfg, output.out)
+    if status in ("complete", "diverged"):
+        return output.out
+    if status == "interrupted":
+        output = dataclasses.replace(output, resume=output.out)
+    try:
+        run_stored(cfg, output)
+    except DivergenceError:
+        pass  # recorded as status 'diverged' in the run's summary.json
+    return output.out

@@ -3,7 +3,7 @@
 ``CausalTransformer``: 1 or 2 pre-LayerNorm blocks, H heads of dimension d_h (d_model = H d_h),
 learned absolute positions, MLP 4x, untied read-out. The attention-bias intervention (§3) adds
 c * B[q, k] to the first layer's attention logits, where B is the 0/1 true pattern of the task
-(``emergence_tasks.linear_map_pattern`` / ``ca_pattern``).
+(``simulate.emergence.tasks.linear_map_pattern`` / ``ca_pattern``).
 
 ``CausalMixer``: MLP-Mixer of the same depth and width whose token-mixing MLP uses
 lower-triangular masked (T x T) weights, so position p sees only positions <= p; then a channel
@@ -17,13 +17,14 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 
-def _dense(key, n_in, n_out, dtype):
+def _dense(key: jax.Array, n_in: int, n_out: int, dtype: DTypeLike) -> jax.Array:
     return (jax.random.normal(key, (n_in, n_out)) / math.sqrt(n_in)).astype(dtype)
 
 
-def _layer_norm(x, eps=1e-5):
+def _layer_norm(x: jax.Array, eps: float = 1e-5) -> jax.Array:
     mu = x.mean(-1, keepdims=True)
     return (x - mu) / jnp.sqrt(x.var(-1, keepdims=True) + eps)
 
@@ -47,9 +48,9 @@ class CausalTransformer(eqx.Module):
         layers: int = 1,
         heads: int = 8,
         head_dim: int = 8,
-        key,
-        dtype=jnp.float32,
-    ):
+        key: jax.Array,
+        dtype: DTypeLike = jnp.float32,
+    ) -> None:
         d = heads * head_dim
         k = iter(jax.random.split(key, 3 + 4 * layers))
         self.heads, self.head_dim = heads, head_dim
@@ -61,7 +62,9 @@ class CausalTransformer(eqx.Module):
         self.mlp_out = [_dense(next(k), 4 * d, d, dtype) for _ in range(layers)]
         self.readout = _dense(next(k), d, vocab, dtype)
 
-    def logits_and_attention(self, tokens, bias=None):
+    def logits_and_attention(
+        self, tokens: jax.Array, bias: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
         """Logits (T, vocab) and attention (layers, H, T, T) of one sequence; ``bias`` (T, T) is
         added to the first layer's attention logits (the attention-bias intervention)."""
         T = tokens.shape[0]
@@ -80,7 +83,8 @@ class CausalTransformer(eqx.Module):
             x = x + jax.nn.gelu(_layer_norm(x) @ self.mlp_in[layer]) @ self.mlp_out[layer]
         return _layer_norm(x) @ self.readout, jnp.stack(attns)
 
-    def __call__(self, tokens, bias=None):
+    def __call__(self, tokens: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+        """Logits (T, vocab) of one sequence."""
         return self.logits_and_attention(tokens, bias)[0]
 
 
@@ -94,8 +98,15 @@ class CausalMixer(eqx.Module):
     readout: jax.Array
 
     def __init__(
-        self, vocab: int, length: int, *, layers: int = 1, width: int = 64, key, dtype=jnp.float32
-    ):
+        self,
+        vocab: int,
+        length: int,
+        *,
+        layers: int = 1,
+        width: int = 64,
+        key: jax.Array,
+        dtype: DTypeLike = jnp.float32,
+    ) -> None:
         k = iter(jax.random.split(key, 3 + 4 * layers))
         self.embed = jax.random.normal(next(k), (vocab, width)).astype(dtype)
         self.pos = (0.1 * jax.random.normal(next(k), (length, width))).astype(dtype)
@@ -105,7 +116,8 @@ class CausalMixer(eqx.Module):
         self.mlp_out = [_dense(next(k), 4 * width, width, dtype) for _ in range(layers)]
         self.readout = _dense(next(k), width, vocab, dtype)
 
-    def __call__(self, tokens, bias=None):
+    def __call__(self, tokens: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+        """Logits (T, vocab) of one sequence; ``bias`` is ignored (no attention)."""
         del bias  # no attention to bias
         T = tokens.shape[0]
         x = self.embed[tokens] + self.pos[:T]
@@ -117,3 +129,10 @@ class CausalMixer(eqx.Module):
             x = x + w_out @ jax.nn.gelu(w_in @ _layer_norm(x))
             x = x + jax.nn.gelu(_layer_norm(x) @ self.mlp_in[layer]) @ self.mlp_out[layer]
         return _layer_norm(x) @ self.readout
+
+
+def parameter_count(heads: int, head_dim: int, length: int, vocab: int = 2) -> int:
+    """Parameters of the one-layer ``CausalTransformer`` of width d = H d_h (a function of the
+    width only: the heads split d, they do not add parameters)."""
+    d = heads * head_dim
+    return vocab * d + length * d + 12 * d * d + d * vocab

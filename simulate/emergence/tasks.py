@@ -17,9 +17,10 @@ Encoding choice, measured (2-layer transformer, H = 8, d_h = 8, 1280 tokens per 
 steps, 1 seed, loss in units of ln K): with K = 4, n = 5 the floor is 0.84 (S = 4), 0.76 (8),
 0.61 (16), 0.41 (32), 0.24 (64) -- few of the 64 entries are revealed at small S -- and the loss
 stayed at 0.975-1.0 (S = 4, lr 1e-2; S = 8, lr 3e-3, and lr 1e-2 with the bias c = 3): not
-learnable in a CPU budget. With K = 2 (8-entry tables) the floor is 0.32 / 0.22 / 0.12 / 0.06 / 0.03 and
-the CA is learnable (lr 1e-2): S = 8 with the bias reached 0.44 (0.81 without). The spec's K = 4 stays the
-default (the paper setting); CPU runs use K = 2 (the emergence-ca-plateau figure's --quick).
+learnable in a CPU budget. With K = 2 (8-entry tables) the floor is 0.32 / 0.22 / 0.12 / 0.06 /
+0.03 and the CA is learnable (lr 1e-2): S = 8 with the bias reached 0.44 (0.81 without). The
+spec's K = 4 stays the default (the paper setting); CPU runs use K = 2 (the emergence-ca-plateau
+figure's --quick).
 Depth: in-context lookup is an induction-like circuit (gather the neighbourhood, match it
 against earlier neighbourhoods, copy their successor), a 2-layer circuit; one layer can gather
 the neighbourhood (which alone gains nothing for a uniform random table) but not match it
@@ -34,6 +35,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from theory.emergence import levels as emergence_theory
 from theory.validation import require
@@ -45,15 +47,24 @@ def check_linear_map(S: int, s: int, states: int) -> None:
     require(states >= 2, "states", states, "states per sequence >= 2")
 
 
-def linear_map(S: int, s: int, key) -> jax.Array:
+def sparsity_grid(S: int) -> tuple[int, ...]:
+    """Ones per row s swept at state size S (spec §7 emergence-sparsity): every s for S <= 16;
+    the spec's subset {1, 2, 4, 8, 16, 24, 30, 31} (within 1..S) beyond."""
+    if S <= 16:
+        return tuple(range(1, S + 1))
+    return tuple(s for s in (1, 2, 4, 8, 16, 24, 30, 31) if s <= S)
+
+
+def linear_map(S: int, s: int, key: jax.Array) -> jax.Array:
     """M in {0,1}^{S x S} with exactly s ones per row at uniformly random columns (int32)."""
     keys = jax.random.split(key, S)
     rows = jax.vmap(lambda k: jax.random.permutation(k, S)[:s])(keys)  # (S, s) distinct columns
     return jnp.zeros((S, S), jnp.int32).at[jnp.arange(S)[:, None], rows].set(1)
 
 
-def sample_linear_map(M, key, batch: int, states: int = 2) -> jax.Array:
+def sample_linear_map(M: ArrayLike, key: jax.Array, batch: int, states: int = 2) -> jax.Array:
     """Token sequences (batch, states * S) of x_0, M x_0, M^2 x_0, ... (mod 2)."""
+    M = jnp.asarray(M)
     S = M.shape[0]
     x = jax.random.bernoulli(key, 0.5, (batch, S)).astype(jnp.int32)
     out = [x]
@@ -83,7 +94,7 @@ def linear_map_step_height(S: int, states: int = 2) -> float:
     )
 
 
-def linear_map_pattern(M, states: int = 2) -> np.ndarray:
+def linear_map_pattern(M: ArrayLike, states: int = 2) -> np.ndarray:
     """B (T-1, T-1), T = n S: B[p, k] = 1 when query p (which predicts token p + 1 = cell i of
     state t + 1) should attend to key k = cell j of state t with M[i, j] = 1 (the true pattern)."""
     M = np.asarray(M)
@@ -102,7 +113,7 @@ def check_ca(S: int, alphabet: int, states: int) -> None:
     require(states >= 2, "states", states, "states per sequence >= 2")
 
 
-def sample_ca(key, batch: int, S: int, alphabet: int = 4, states: int = 5) -> jax.Array:
+def sample_ca(key: jax.Array, batch: int, S: int, alphabet: int = 4, states: int = 5) -> jax.Array:
     """Token sequences (batch, states * S): x_0 uniform, one random rule table per sequence."""
     K = alphabet
     k_table, k_x = jax.random.split(key)

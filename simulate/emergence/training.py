@@ -18,7 +18,8 @@ sequences and transitions t (for two states: the x_1 -> x_0 block, to set beside
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -26,28 +27,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import xarray as xr
 
 from simulate.emergence import tasks
+from simulate.emergence.measurements import (
+    EMERGENCE_RULE,
+    PLATEAU_RULE,
+    SUCCESS_RULE,
+    emergence_times,
+    plateau_length,
+    solved,
+)
 from simulate.emergence.models import CausalMixer, CausalTransformer
-from simulate.runner import RunOptions, run_experiment
-from simulate.train import Problem
+from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.store import load
+from simulate.train import Problem, TrainResult
 from theory.validation import require
 
 NAME = "emergence"
-
-EMERGENCE_FRACTION = 0.1
-EMERGENCE_RULE = (
-    "emergence time of output cell i: first logged step at which its loss (averaged "
-    "over the predicted states) falls below 0.1 ln K (K = 2 for the linear map); "
-    "nan if never (spec §4)"
-)
-PLATEAU_FRACTION = 0.95
-PLATEAU_RULE = (
-    "plateau level: median aggregate loss over the logged rows with warmup <= step <= "
-    "2 warmup (after the fast initial fit of the marginals); plateau length: first "
-    "logged step after that window at which the aggregate loss is below 0.95 x the "
-    "plateau level; nan if never (spec §4)"
-)
 
 
 @dataclass(frozen=True)
@@ -95,10 +92,8 @@ class EmergenceConfig(RunOptions):
     """steps per compiled chunk (a multiple of log_every)."""
     seeds: int = 3
     """training seeds, vmapped."""
-    out: Path = Path("runs/emergence")
-    """run directory."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         RunOptions.__post_init__(self)
         require(self.task in ("linear_map", "ca"), "task", self.task, "linear_map or ca")
         if self.task == "linear_map":
@@ -128,10 +123,6 @@ class EmergenceConfig(RunOptions):
             self.batch is None or self.batch >= 1, "batch", self.batch, "None or an integer >= 1"
         )
         require(self.eval_batch >= 1, "eval_batch", self.eval_batch, "an integer >= 1")
-
-    def experiment(self) -> EmergenceConfig:
-        """The EmergenceConfig part of a configuration that extends it (figure configs)."""
-        return EmergenceConfig(**{f.name: getattr(self, f.name) for f in fields(EmergenceConfig)})
 
     @property
     def n_states(self) -> int:
@@ -163,26 +154,28 @@ class EmergenceConfig(RunOptions):
         return tasks.ca_loss_floor(self.S, self.alphabet, self.n_states, samples=500)
 
 
-def task_data(cfg: EmergenceConfig):
+def task_data(
+    cfg: EmergenceConfig,
+) -> tuple[jax.Array | None, np.ndarray, Callable[[jax.Array, int], jax.Array], jax.Array]:
     """(M or None, pattern B (T-1, T-1), sampler key -> batch, fixed evaluation set)."""
     key = jax.random.PRNGKey(cfg.task_seed)
     if cfg.task == "linear_map":
         M = tasks.linear_map(cfg.S, cfg.s, jax.random.fold_in(key, 0))
         B = tasks.linear_map_pattern(M, cfg.n_states)
 
-        def sample(k, n):
+        def sample(k: jax.Array, n: int) -> jax.Array:
             return tasks.sample_linear_map(M, k, n, cfg.n_states)
     else:
         M = None
         B = tasks.ca_pattern(cfg.S, cfg.n_states)
 
-        def sample(k, n):
+        def sample(k: jax.Array, n: int) -> jax.Array:
             return tasks.sample_ca(k, n, cfg.S, cfg.alphabet, cfg.n_states)
 
     return M, B, sample, sample(jax.random.fold_in(key, 1), cfg.eval_batch)
 
 
-def build_model(cfg: EmergenceConfig, key):
+def build_model(cfg: EmergenceConfig, key: jax.Array) -> CausalTransformer | CausalMixer:
     if cfg.model == "mixer":
         return CausalMixer(
             cfg.vocab, cfg.length - 1, layers=cfg.layers, width=cfg.heads * cfg.head_dim, key=key
@@ -197,7 +190,7 @@ def build_model(cfg: EmergenceConfig, key):
     )
 
 
-def optimizer(cfg: EmergenceConfig):
+def optimizer(cfg: EmergenceConfig) -> optax.GradientTransformation:
     schedule = optax.join_schedules(
         [optax.linear_schedule(0.0, cfg.lr, max(cfg.warmup, 1)), optax.constant_schedule(cfg.lr)],
         [max(cfg.warmup, 1)],
@@ -256,25 +249,7 @@ def problem(cfg: EmergenceConfig) -> Problem:
     return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords)
 
 
-def emergence_times(steps, cell_loss, vocab: int = 2) -> np.ndarray:
-    """Per ``EMERGENCE_RULE``: cell_loss (..., step, cell) -> (..., cell) steps (nan: never)."""
-    below = np.asarray(cell_loss) < EMERGENCE_FRACTION * math.log(vocab)
-    first = np.argmax(below, axis=-2)
-    return np.where(below.any(axis=-2), np.asarray(steps, float)[first], np.nan)
-
-
-def plateau_length(steps, loss, warmup: int) -> tuple[float, float]:
-    """(plateau level, plateau length) of one aggregate loss curve per ``PLATEAU_RULE``."""
-    steps, loss = np.asarray(steps), np.asarray(loss)
-    window = (steps >= warmup) & (steps <= 2 * max(warmup, 1))
-    if not window.any():  # logged too coarsely: the first row after warm-up
-        window = steps == steps[np.argmax(steps >= warmup)]
-    level = float(np.median(loss[window]))
-    after = (steps > steps[window][-1]) & (loss < PLATEAU_FRACTION * level)
-    return level, float(steps[after][0]) if after.any() else float("nan")
-
-
-def summarize(cfg: EmergenceConfig, M, ds) -> dict:
+def summarize(cfg: EmergenceConfig, M: jax.Array | None, ds: xr.Dataset) -> dict:
     steps = ds["step"].values
     times = emergence_times(steps, ds["cell_loss"].values, cfg.vocab)
     plateaus = [plateau_length(steps, curve, cfg.warmup) for curve in ds["loss"].values]
@@ -292,8 +267,8 @@ def summarize(cfg: EmergenceConfig, M, ds) -> dict:
         "plateau_level_per_seed": [p[0] for p in plateaus],
         "plateau_length_per_seed": [p[1] for p in plateaus],
         "final_loss_per_seed": final,
-        "success_per_seed": (final <= 1.05 * floor + 1e-3).tolist(),
-        "success_rule": "final loss within 5% of the floor (+1e-3 nats) (spec §6)",
+        "success_per_seed": solved(final, floor).tolist(),
+        "success_rule": SUCCESS_RULE,
     }
     if M is not None:
         summary["M"] = np.asarray(M)
@@ -301,12 +276,14 @@ def summarize(cfg: EmergenceConfig, M, ds) -> dict:
     return summary
 
 
-def run(cfg: EmergenceConfig):
-    """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
+def run(cfg: EmergenceConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:
+    """Run (or resume) the experiment into ``output.out``; returns the run directory (the
+    in-memory result when ``output.store`` is off)."""
     M = task_data(cfg)[0]
     return run_experiment(
         NAME,
         cfg,
+        output,
         problem(cfg),
         optimizer(cfg),
         lambda ds: summarize(cfg, M, ds),
@@ -317,3 +294,11 @@ def run(cfg: EmergenceConfig):
             "data stream",
         },
     )
+
+
+def run_stored(cfg: EmergenceConfig, output: RunOutput) -> xr.Dataset:
+    """Run the experiment into ``output.out`` (stored) and read its logged trajectory back."""
+    require(output.store, "store", output.store, "True (the trajectory is read back)")
+    path = run(cfg, output)
+    assert isinstance(path, Path)
+    return load(path)[0]

@@ -10,7 +10,8 @@ arXiv:2605.01199; spec ``focus_dilution.md`` §3.3, §4, §5, §6).
 * ``manifold_trajectory`` / ``stage_four_point`` / ``symmetry_breaking_slope``: the reduced flow on
   the rank-one manifold (spec §5.4; theory in ``theory.focus_dilution.manifold``) integrated with
   diffrax, its rest point (end of Stage III) and the Stage-IV rate ``k_delta`` (spec §5.5).
-* ``stage_onsets`` and the rate fits: measured stage times and growth rates with the rules below.
+
+The measurement rules (stage onsets, rate windows) live in ``simulate.focus_dilution.measure``.
 """
 
 from __future__ import annotations
@@ -31,34 +32,13 @@ from theory.focus_dilution.manifold import (
     symmetric_pi,
 )
 from theory.focus_dilution.population import Parameters, transition_matrix, validate_pi
-from theory.focus_dilution.stages import entropy, stage_two_rate
+from theory.focus_dilution.stages import stage_two_rate
 from theory.validation import require
 
 RTOL, ATOL = 1e-9, 1e-12
 MAX_STEPS = 2_000_000
 N_SINGULAR = 3
 """top singular values logged per matrix (spec §6; zeros beyond a matrix's rank bound)."""
-
-ONSET_RULES = {
-    "I": "loss falls below the midpoint of [H(pi), ln d]",
-    "II": "p_h(h) (attention of the most frequent query h on itself) rises above the midpoint of "
-    "[pi_h, 1]",
-    "III": "after onset II, the largest per-query attention entropy max_q H_q rises above its "
-    "value at onset I (= H(pi) in the population model; dilution: a query spreads its "
-    "attention beyond the unfocused law)",
-    "IV": "after onset III, sigma_2(W0) rises above 1/2 (a second embedding direction of size "
-    "O(1): the escape from the Stage-IV point that t_IV predicts)",
-}
-STAGE_FOUR_LEVEL = 0.5
-RATE_WINDOW_RULE = (
-    "least-squares slope of ln y(t) over the first stretch of saved times with lo < y < hi. "
-    "sigma: y = ||(W0, W1)||_F (distance from the origin, the Stage-I critical point), "
-    "lo = 30 y(0), hi = 0.03 g (g = ||gamma|| at theta_c^1); c: y = ||WQ WK^T||_2 (times after "
-    "onset I), lo = 30 y(onset I), hi = 0.03, rate = slope / 2; mu_IV: y = sigma_2(W0) after onset "
-    "II, lo = 3 x its minimum there, hi = 0.1"
-)
-WINDOW_LO, WINDOW_HI = 30.0, 0.03
-MU_WINDOW_LO, MU_WINDOW_HI = 3.0, 0.1
 
 
 # --- the model in JAX (spec §3.2-3.3) -------------------------------------------------------------
@@ -339,13 +319,16 @@ def manifold_trajectory(
     accepted steps (numpy)."""
     require(kappa_seed > 0, "kappa_seed", kappa_seed, "a positive attention seed")
     pi = validate_pi(pi)
-    if t_end is None:
-        t_end = 50 * (1 + math.log(1 / kappa_seed)) / stage_two_rate(pi, P)
+    horizon = (
+        50 * (1 + math.log(1 / kappa_seed)) / float(stage_two_rate(pi, P))
+        if t_end is None
+        else float(t_end)
+    )
     ts, xs = _manifold_solve(
         jnp.asarray(second_point_state(pi, kappa_seed)),
         jnp.asarray(pi),
         jnp.asarray(P, float),
-        float(t_end),
+        horizon,
         float(rest_tol),
         max_steps=max_steps,
     )
@@ -381,113 +364,3 @@ def symmetry_breaking_slope(
         return stage_four_point(pi, transition_matrix(pi, lam)).transverse_rate / dl
 
     return 2 * ratio(delta / 2) - ratio(delta)
-
-
-# --- measured stage onsets and rates (spec §6) ---------------------------------------------------
-def _crossing(ts, values, threshold, start: float = -np.inf, rising: bool = True) -> float:
-    """First time ``>= start`` at which ``values`` crosses ``threshold`` upward (``rising``) or
-    downward, by linear interpolation between saved times; nan if never."""
-    ts, values = np.asarray(ts, float), np.asarray(values, float)
-    sign = 1.0 if rising else -1.0
-    above = sign * (values - threshold) > 0
-    idx = np.nonzero(above & (ts >= start))[0]
-    if idx.size == 0:
-        return float("nan")
-    i = int(idx[0])
-    if i == 0 or ts[i - 1] < start:
-        return float(ts[i])
-    t0, t1, y0, y1 = ts[i - 1], ts[i], values[i - 1], values[i]
-    return float(t0 + (threshold - y0) / (y1 - y0) * (t1 - t0))
-
-
-def stage_onsets(ts, loss, focus_self, max_entropy, sigma2, pi) -> np.ndarray:
-    """Onsets of Stages I-IV of one trajectory by ``ONSET_RULES`` (nan where not reached):
-    ``focus_self`` is ``p_h(h)``, ``max_entropy`` is ``max_q H_q``, ``sigma2`` is
-    ``sigma_2(W0)``."""
-    pi = np.asarray(pi, float)
-    d, H = pi.size, float(entropy(pi))
-    t1 = _crossing(ts, loss, (math.log(d) + H) / 2, rising=False)
-    t2 = _crossing(ts, focus_self, (pi.max() + 1) / 2, start=_or_never(t1))
-    reference = float(np.interp(t1, ts, max_entropy)) if np.isfinite(t1) else H
-    t3 = _crossing(ts, max_entropy, reference, start=_or_never(t2))
-    t4 = _crossing(ts, sigma2, STAGE_FOUR_LEVEL, start=_or_never(t3))
-    return np.array([t1, t2, t3, t4])
-
-
-def _or_never(t: float) -> float:
-    return t if np.isfinite(t) else np.inf
-
-
-def onsets(run: xr.Dataset) -> np.ndarray:
-    """``stage_onsets`` of one run of a ``solve_flow`` dataset (``data.isel(run=r)``)."""
-    pi = run["pi"].values
-    h = int(np.argmax(pi))
-    return stage_onsets(
-        run["time"].values,
-        run["loss"].values,
-        run["focus_mass"].values[:, h],
-        run["attention_entropy"].values.max(axis=-1),
-        run["sv_W0"].values[:, 1],
-        pi,
-    )
-
-
-def run_onsets(data: xr.Dataset) -> np.ndarray:
-    """Onsets of every run: ``(run, 4)``."""
-    return np.array([onsets(data.isel(run=r)) for r in range(data.sizes["run"])])
-
-
-def fit_rate(ts, y, lo: float, hi: float) -> tuple[float, tuple[float, float]]:
-    """Slope of ``ln y`` against ``t`` over the first contiguous stretch of saved times with
-    ``lo < y < hi``; returns ``(slope, (t_a, t_b))`` (nan when fewer than 3 points)."""
-    ts, y = np.asarray(ts, float), np.asarray(y, float)
-    idx = np.nonzero((y > lo) & (y < hi))[0]
-    if idx.size:
-        breaks = np.nonzero(np.diff(idx) > 1)[0]
-        idx = idx[: breaks[0] + 1] if breaks.size else idx
-    if idx.size < 3:
-        return float("nan"), (float("nan"), float("nan"))
-    slope = np.polyfit(ts[idx], np.log(y[idx]), 1)[0]
-    return float(slope), (float(ts[idx[0]]), float(ts[idx[-1]]))
-
-
-def measured_rates(run: xr.Dataset, g: float) -> dict:
-    """Measured ``sigma``, ``c`` and ``mu_IV`` of one run by ``RATE_WINDOW_RULE`` (``g``: the top
-    singular value at ``theta_c^1``)."""
-    ts = run["time"].values
-    t1, t2, _, _ = onsets(run)
-    y = run["outer_norm"].values
-    sigma, w_sigma = fit_rate(ts, y, WINDOW_LO * y[0], WINDOW_HI * g)
-    two_c, w_c = float("nan"), (float("nan"), float("nan"))
-    if np.isfinite(t1):
-        k = int(np.searchsorted(ts, t1))
-        qk = run["sv_WQK"].values[k:, 0]
-        two_c, w_c = fit_rate(ts[k:], qk, WINDOW_LO * qk[0], WINDOW_HI)
-    mu, w_mu = float("nan"), (float("nan"), float("nan"))
-    if np.isfinite(t2):
-        k = int(np.searchsorted(ts, t2))
-        s2 = run["sv_W0"].values[k:, 1]
-        k0 = int(np.argmin(s2))
-        mu, w_mu = fit_rate(ts[k + k0 :], s2[k0:], MU_WINDOW_LO * s2[k0], MU_WINDOW_HI)
-    return {
-        "sigma": sigma,
-        "sigma_window": w_sigma,
-        "c": two_c / 2,
-        "c_window": w_c,
-        "mu_IV": mu,
-        "mu_IV_window": w_mu,
-    }
-
-
-def redistribution(run: xr.Dataset) -> np.ndarray:
-    """``D(t) = gamma_h - pi_h sum_i gamma_i`` with ``gamma = W0 alpha_1`` (spec §5.4, §6);
-    ``alpha_1`` is the top right singular vector of ``W0`` halfway between onsets I and II (the end
-    of Stage I), signed so that ``pi . gamma > 0`` there."""
-    ts, W0, pi = run["time"].values, run["W0"].values, run["pi"].values
-    t1, t2 = onsets(run)[:2]
-    k = int(np.argmin(np.abs(ts - 0.5 * (t1 + t2)))) if np.isfinite(t2) else len(ts) - 1
-    alpha = np.linalg.svd(W0[k])[2][0]
-    gamma = W0 @ alpha
-    gamma = gamma * np.sign(gamma[k] @ pi)
-    h = int(np.argmax(pi))
-    return gamma[:, h] - pi[h] * gamma.sum(axis=-1)

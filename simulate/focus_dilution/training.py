@@ -9,11 +9,12 @@ attends to every position ``j <= s`` (itself included) with a softmax over posit
 trained by cross-entropy on the next token only. Entries start i.i.d. ``N(0, eps^2)``.
 
 Data: ``markov`` draws sequences of the chain ``P = lambda I + (1 - lambda) 1 pi^T`` with
-``x_1 ~ pi`` (stationary, so a finite context is an unbiased sample of ``pi``), ``s + 1`` tokens each,
-as a fixed training set of ``train_size`` sequences (or fresh ones every step); ``text`` reads
-windows of ``s + 1`` tokens at random offsets of a word-level corpus (``simulate.focus_dilution.text_corpus``: the
-bundled CPython reference text, or a local file). Optimisers: plain gradient descent (full batch on
-the training set: the empirical gradient flow discretised, time = steps x lr) or Adam.
+``x_1 ~ pi`` (stationary, so a finite context is an unbiased sample of ``pi``), ``s + 1`` tokens
+each, as a fixed training set of ``train_size`` sequences (or fresh ones every step); ``text``
+reads windows of ``s + 1`` tokens at random offsets of a word-level corpus
+(``simulate.focus_dilution.text_corpus``: the bundled CPython reference text, or a local file).
+Optimisers: plain gradient descent (full batch on the training set: the empirical gradient flow
+discretised, time = steps x lr) or Adam.
 
 Logged (spec §6): validation loss; for Markov data the empirical attention map by query and key
 type (mass on each key type averaged over the validation sequences ending in each query type), its
@@ -36,15 +37,11 @@ import numpy as np
 import optax
 import xarray as xr
 
-from simulate.focus_dilution.flow import (
-    ONSET_RULES,
-    initial_parameters,
-    observables,
-    run_onsets,
-)
+from simulate.focus_dilution.flow import initial_parameters, observables
+from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.text_corpus import Corpus, load_corpus, tokenize
-from simulate.runner import RunOptions, run_experiment
-from simulate.train import Problem
+from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.train import Problem, TrainResult
 from theory.focus_dilution.population import (
     Parameters,
     transition_matrix,
@@ -110,8 +107,6 @@ class FocusDilutionConfig(RunOptions):
     """steps per compiled chunk and checkpoint (a multiple of log_every)."""
     seeds: int = 1
     """training seeds (initialisation; the data are shared), vmapped."""
-    out: Path = Path("runs/focus-dilution")
-    """run directory."""
 
     def __post_init__(self):
         RunOptions.__post_init__(self)
@@ -323,7 +318,7 @@ def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
             return sample_chain(k, pi, P, cfg.minibatch, s + 1)
         if full_batch:
             return train
-        return train[jax.random.choice(k, cfg.train_size, (cfg.minibatch,), replace=False)]
+        return train[jax.random.choice(k, train.shape[0], (cfg.minibatch,), replace=False)]
 
     def loss_and_direction(params, data_key):
         return jax.value_and_grad(next_token_loss)(params, draw(data_key), cfg.qk_scale)
@@ -475,8 +470,9 @@ def summarize(cfg: FocusDilutionConfig, ds: xr.Dataset, facts: dict) -> dict:
     }
 
 
-def run(cfg: FocusDilutionConfig):
-    """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
+def run(cfg: FocusDilutionConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:
+    """Run (or resume) the experiment into ``output.out``; returns the run directory (the
+    in-memory result when ``output.store`` is off)."""
     if cfg.source == "text":
         data = text_data(cfg)
         problem = text_problem(cfg, data)
@@ -499,5 +495,11 @@ def run(cfg: FocusDilutionConfig):
             "from key(data_seed) folded with 1 and 2; x_1 ~ pi",
         }
     return run_experiment(
-        NAME, cfg, problem, optimizer(cfg), lambda ds: summarize(cfg, ds, facts), seeds=seeds
+        NAME,
+        cfg,
+        output,
+        problem,
+        optimizer(cfg),
+        lambda ds: summarize(cfg, ds, facts),
+        seeds=seeds,
     )

@@ -9,7 +9,8 @@ x' = LN_2(h + Drop(W_2 ReLU(W_1 h + b_1) + b_2)), 3 heads of dimension 85, Q/K/V
 a key is given. The MLP keeps its biases (a standard Linear; the spec removes them only from the
 attention projections).
 
-Same interface as ``simulate.incremental.minimal_transformer.MinimalTransformer`` (call, ``attention``,
+Same interface as ``simulate.incremental.minimal_transformer.MinimalTransformer`` (call,
+``attention``,
 ``logits_and_attention``, ``head_queries``, static ``context`` for the c-gram baseline).
 """
 

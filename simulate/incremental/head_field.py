@@ -1,7 +1,10 @@
-"""The reduced head field of ``theory.incremental.heads`` written in JAX matrix form (spec incremental.md §5.2).
+"""The reduced head field of ``theory.incremental.heads`` written in JAX matrix form (spec
+incremental.md §5.2).
 
-State ``(v, theta)``: values ``v`` (H x h) and attention logits ``theta`` (H x T), ``s = softmax(theta)``.
-Replicator metric: ``theta' = R^T v_k``; logit metric: ``theta' = J(s_k) R^T v_k``; ``v_k' = R s_k``.
+State ``(v, theta)``: values ``v`` (H x h) and attention logits ``theta`` (H x T), ``s =
+softmax(theta)``.
+Replicator metric: ``theta' = R^T v_k``; logit metric: ``theta' = J(s_k) R^T v_k``; ``v_k' = R
+s_k``.
 The tests check this against the symbolic field of ``theory.incremental.heads.HeadSystem``.
 """
 

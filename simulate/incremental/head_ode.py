@@ -1,4 +1,5 @@
-"""Diffrax integration of the reduced head system (spec incremental.md §5.2; figure incremental-ode).
+"""Diffrax integration of the reduced head system (spec incremental.md §5.2; figure
+incremental-ode).
 
 Float64, Tsit5 with a PID controller, saves on a log-spaced grid, and the stage crossings located
 exactly by diffrax events with a Newton root finder. One compiled program serves a whole batch of
@@ -134,7 +135,8 @@ def solve(
     symmetric: bool = False,
     theta0=None,
 ) -> OdeBatch:
-    """Integrate a batch: ``eps``, ``seeds`` (and optionally ``targets`` G, ``levels`` plateau levels)
+    """Integrate a batch: ``eps``, ``seeds`` (and optionally ``targets`` G, ``levels`` plateau
+    levels)
     are given per trajectory; ``levels`` default to the derived plateau levels of ``setting``.
 
     ``symmetric=True`` integrates the exact symmetric subspace (all heads equal, eps unused); the

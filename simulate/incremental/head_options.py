@@ -1,5 +1,6 @@
 """Options shared by every command that sets up the reduced head system (incremental.md §5.2;
-defaults: the paper's Fig. 10 setting): the system of ``theory.incremental.heads.HeadSetting`` plus its
+defaults: the paper's Fig. 10 setting): the system of ``theory.incremental.heads.HeadSetting`` plus
+its
 symmetry-breaking noise."""
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ through the run store.
 With ``optimizer='sgd'`` and the replicator metric each step is an explicit Euler step of the
 paper's Fig. 10 ODE (``dt = lr``, the authors' dt = 0.005 for 1e5 steps); with the logit metric it
 is gradient descent on (v, theta). Momentum and Adam precondition the same direction. Stage times
-are predicted by ``theory.incremental.stages`` in ODE time and reported in steps (``t / lr``; sgd only).
+are predicted by ``theory.incremental.stages`` in ODE time and reported in steps (``t / lr``; sgd
+only).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from simulate.incremental.head_field import logit_field, loss
 from simulate.incremental.head_options import HeadSystemOptions
 from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time, stage_times
-from simulate.runner import RunOptions, run_experiment
-from simulate.train import Problem
+from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.train import Problem, TrainResult
 from theory.incremental.heads import HeadSystem
 from theory.incremental.stages import predict_stages
 from theory.validation import require
@@ -40,8 +41,6 @@ class HeadTrainConfig(HeadSystemOptions, RunOptions):
     """sgd (Euler steps of the flow), momentum (0.9) or adam."""
     lr: float = 0.005
     """learning rate = Euler step in ODE time units (> 0)."""
-    out: Path = Path("runs/heads-gd")
-    """run directory."""
 
     def __post_init__(self):
         HeadSystemOptions.__post_init__(self)
@@ -146,10 +145,10 @@ def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
     }
 
 
-def run(cfg: HeadTrainConfig):
-    """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
+def run(cfg: HeadTrainConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:
+    """Run (or resume) the experiment into ``output.out``; returns the run directory."""
 
     def summarize(ds):
         return {"final_loss": ds["loss"].isel(step=-1).values, **stage_summary(cfg, ds)}
 
-    return run_experiment(NAME, cfg, problem(cfg), optimizer(cfg), summarize)
+    return run_experiment(NAME, cfg, output, problem(cfg), optimizer(cfg), summarize)

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -38,9 +38,9 @@ from simulate.incremental.markov_task import (
     teacher_log_probs,
 )
 from simulate.incremental.minimal_transformer import init_minimal
-from simulate.runner import RunOptions, run_experiment
-from simulate.store import RunStore, jsonable
-from simulate.train import Problem
+from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.store import RunStore, jsonable, read_summary
+from simulate.train import Problem, TrainResult
 from theory.validation import require
 
 NAME = "markov"
@@ -109,8 +109,6 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     """steps per compiled chunk and checkpoint (a multiple of log_every)."""
     seeds: int = 1
     """training seeds (initialisation and data order), vmapped."""
-    out: Path = Path("runs/markov")
-    """run directory."""
 
     def __post_init__(self):
         MarkovSetting.__post_init__(self)
@@ -193,7 +191,7 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
             what,
         )
         stored = json.loads((path / "config.json").read_text())
-        summary = json.loads((path / "summary.json").read_text())
+        summary = read_summary(path)
         conf = stored["config"]
         require(
             stored.get("experiment") == NAME
@@ -367,11 +365,19 @@ def baseline_contexts(task: MarkovSetting) -> tuple[int, ...]:
     return tuple(int(c) for c in np.cumsum(task.blocks))
 
 
+def stored_config(path: Path) -> MarkovTrainConfig:
+    """The config a stored run of this experiment was started with (its config.json)."""
+    stored = json.loads((Path(path) / "config.json").read_text())["config"]
+    names = {f.name for f in fields(MarkovTrainConfig)}
+    values: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in names
+    }
+    return MarkovTrainConfig(**values)
+
+
 def load_baseline(path: Path):
     """(c, model) of a stored c-gram baseline: its seed-0 parameters at the last checkpoint."""
-    from simulate.experiments import EXPERIMENTS, resumed_config  # it imports this module
-
-    bcfg = resumed_config(EXPERIMENTS[NAME], path, quiet=True)
+    bcfg = stored_config(path)
     shapes = jax.eval_shape(lambda k: build_model(bcfg, k), jax.random.PRNGKey(0))
     leaves, _, _ = RunStore(path).load_checkpoint()
     want = jax.tree_util.tree_leaves(shapes)
@@ -541,12 +547,13 @@ def summarize(cfg: MarkovTrainConfig, data: MarkovData, ds) -> dict:
     return summary
 
 
-def run(cfg: MarkovTrainConfig):
-    """Run (or resume) the experiment into ``cfg.out``; returns the run directory."""
+def run(cfg: MarkovTrainConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:
+    """Run (or resume) the experiment into ``output.out``; returns the run directory."""
     data = markov_data(cfg)
     return run_experiment(
         NAME,
         cfg,
+        output,
         problem(cfg, data),
         optimizer(cfg),
         lambda ds: summarize(cfg, data, ds),
@@ -564,39 +571,28 @@ def run(cfg: MarkovTrainConfig):
 
 
 def _matches(path: Path, cfg: MarkovTrainConfig) -> bool:
-    """``path`` holds a complete run of ``cfg`` (the progress-bar setting aside)."""
+    """``path`` holds a complete run of ``cfg``."""
     try:
         stored = json.loads((path / "config.json").read_text())["config"]
-        status = json.loads((path / "summary.json").read_text())["status"]
+        status = read_summary(path)["status"]
     except (OSError, KeyError, ValueError):
         return False
     mine = jsonable(dataclasses.asdict(cfg))
-    ignore = ("quiet", "out", "resume")
-    return status == "complete" and all(
-        stored.get(k) == v for k, v in mine.items() if k not in ignore
-    )
+    return status == "complete" and all(stored.get(k) == v for k, v in mine.items())
 
 
 def train_baselines(
-    cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None
+    cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None, quiet: bool = False
 ) -> tuple[Path, ...]:
     """Train the learned c-gram baselines of ``cfg``'s task (default c = c_1..c_h, the last the
     full-window model) with ``cfg``'s settings, one seed each, into ``out/{c}-gram``; a directory
     already holding the complete run is reused. Returns the run directories."""
-    base = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
+    base: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
     dirs = []
     for c in contexts or baseline_contexts(cfg.task()):
-        bcfg = MarkovTrainConfig(
-            **{
-                **base,
-                "context": c,
-                "baselines": (),
-                "seeds": 1,
-                "out": Path(out) / f"{c}-gram",
-                "resume": None,
-            }
-        )
-        if not _matches(bcfg.out, bcfg):
-            run(bcfg)
-        dirs.append(bcfg.out)
+        bcfg = MarkovTrainConfig(**{**base, "context": c, "baselines": (), "seeds": 1})
+        path = Path(out) / f"{c}-gram"
+        if not _matches(path, bcfg):
+            run(bcfg, RunOutput(out=path, quiet=quiet))
+        dirs.append(path)
     return tuple(dirs)

@@ -2,14 +2,16 @@
 two layers, and the c-gram window shared by every Markov-chain model (§2.3, §8.7).
 
 z_s = [x_s; e_s] in R^D (one-hot token, one-hot position over L slots, D = d + L); head k:
-a_k(t, s) = softmax_{s <= t}(D^{-1/2} (W_Q^k z_t)^T z_s),  o_t = sum_k sum_{s<=t} a_k(t, s) W_V^k z_s,
+a_k(t, s) = softmax_{s <= t}(D^{-1/2} (W_Q^k z_t)^T z_s),  o_t = sum_k sum_{s<=t} a_k(t, s) W_V^k
+z_s,
 logits_t = [o_t]_{1:d}. Keys are the raw inputs and the read-out is fixed; only W_Q, W_V train.
 
 Two layers [derived; the spec gives only the learning rate 0.04]: layer 1 is the same attention
 with a residual, u_t = z_t + sum_k sum_s a1_k(t, s) W_V1^k z_s; layer 2 is the one-layer model
 applied to u (keys = raw u, no residual), logits_t = [o_t]_{1:d}.
 
-Common interface of the Markov-chain models (this one and ``simulate.incremental.full_transformer``):
+Common interface of the Markov-chain models (this one and
+``simulate.incremental.full_transformer``):
 ``model(tokens, key=None) -> logits (n, d)``, ``model.attention(tokens) -> (layers, H, n, n)``,
 ``model.logits_and_attention(tokens, key=None)``, ``model.head_queries() -> (H, ...)`` (the first
 layer's per-head query weights) and a static ``context``: None, or c for the c-gram baseline whose

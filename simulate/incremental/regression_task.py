@@ -3,7 +3,8 @@ the reduction in ``theory.incremental.reduction``).
 
 A sequence holds L input vectors x_0..x_{L-1} in R^d; the one query at position q = L - 1 predicts
 ``y = sum_k A*_k sum_{i in I(k)} alpha_i x_{q+1-i}`` (lag i is position q + 1 - i), with the
-teacher matrices A*_k of ``simulate.incremental.markov_task.teacher`` (no temperature: the target is the
+teacher matrices A*_k of ``simulate.incremental.markov_task.teacher`` (no temperature: the target is
+the
 teacher's logit itself). Inputs are standard normal; ``whiten`` centres a batch and rescales it so
 that its empirical mean is zero and its second moment over all (position, coordinate) pairs is
 exactly the identity. For a model whose

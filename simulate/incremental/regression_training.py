@@ -1,6 +1,7 @@
 """Experiment ``regression-minimal``: the minimal transformer on the regression variant, trained by
 gradient descent with a small step (gradient flow, tau = steps x lr), with the reduced state and the
-reduction's assumptions logged (spec incremental.md §2.4, §3.1, §5.1; ``theory.incremental.reduction``).
+reduction's assumptions logged (spec incremental.md §2.4, §3.1, §5.1;
+``theory.incremental.reduction``).
 
 Model (minimal, one query): ``z_s = [x_s; e_s]``, scores ``z_s^T W_Q^k z_q / sqrt(D)`` over all L
 positions, ``yhat = sum_k sum_s a_k(s) [W_V^k z_s]_{1:d}``; loss ``1/2 ||y - yhat||^2`` summed over
@@ -21,8 +22,8 @@ import optax
 
 from simulate.incremental.markov_task import MarkovSetting, teacher
 from simulate.incremental.regression_task import lag_matrix, moment_error, sample_inputs, targets
-from simulate.runner import RunOptions, run_experiment
-from simulate.train import Problem, seed_streams
+from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.train import Problem, TrainResult, seed_streams
 from theory.incremental.reduction import ASSUMPTIONS, reduced_setting, reduced_state, value_scale
 from theory.validation import require
 
@@ -58,7 +59,8 @@ class RegressionConfig(RunOptions):
     batch: int = 512
     """sequences in the training set (fixed) or per step (fresh)."""
     whitened: bool = True
-    """rescale every batch to exact unit second moment (see simulate.incremental.regression_task)."""
+    """rescale every batch to exact unit second moment (see
+    simulate.incremental.regression_task)."""
     validation: int = 512
     """validation sequences (whitened like the training data)."""
     teacher_seed: int = 0
@@ -71,8 +73,6 @@ class RegressionConfig(RunOptions):
     """steps per compiled chunk (a multiple of log_every)."""
     seeds: int = 1
     """initialisation seeds, vmapped."""
-    out: Path = Path("runs/regression-minimal")
-    """run directory."""
 
     def __post_init__(self):
         RunOptions.__post_init__(self)
@@ -230,8 +230,8 @@ def initial_reduced_logits(cfg: RegressionConfig) -> np.ndarray:
     return theta
 
 
-def run(cfg: RegressionConfig):
-    """Run (or resume) into ``cfg.out``; returns the run directory."""
+def run(cfg: RegressionConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:
+    """Run (or resume) into ``output.out``; returns the run directory."""
     prob, constants = problem(cfg)
 
     def summarize(ds):
@@ -251,6 +251,7 @@ def run(cfg: RegressionConfig):
     return run_experiment(
         NAME,
         cfg,
+        output,
         prob,
         optax.sgd(cfg.lr),
         summarize,

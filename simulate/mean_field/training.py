@@ -9,17 +9,18 @@ Control problem (spec §3): ``W_t`` piecewise constant on ``bins`` equal depth b
 ``-(1/N) sum_i y_i <X_T^i, e_2>`` with ``y_i = sign <X_0^i, e_2>`` (``"labels"``, §2 (b)). The
 gradient is reverse-mode autodiff through the Euler-Maruyama scan, with a fresh draw of initial
 tokens and Brownian increments every step (default) or one draw held fixed per seed (common
-random numbers, spec §2); Adam from ``W = 0``. The lambdas of one run are trained side by side on the same
-tokens and noise: the objective is the sum of the per-lambda ``J``, whose gradient is the
-per-lambda gradient block by block, and Adam is elementwise, so each lambda's run is exactly
-the run it would be alone.
+random numbers, spec §2); Adam from ``W = 0``. The lambdas of one run are trained side by side
+on the same tokens and noise: the objective is the sum of the per-lambda ``J``, whose gradient
+is the per-lambda gradient block by block, and Adam is elementwise, so each lambda's run is
+exactly the run it would be alone.
 
 Logged per lambda (dims ``lam``, ``bin``, ``depth``, ``angle``, ``particle``): ``J``, the terminal
 loss and the regulariser; ``W`` and ``||W_b||_F``; along depth (every ``save_every`` steps) the
-escape observable ``<x, e_2>``, ``r_1``, ``r_2``, the energy ``F_tau`` (S^1: interaction exact, entropy by a von
-Mises KDE of concentration ``kde_kappa``, and the two terms of the dissipation identity on that
-KDE; S^{d-1}: interaction only), the token density of the angle and a few sample paths; the
-terminal loss on a held-out draw of tokens and noise. Step 0 is the untrained flow (``W = 0``).
+escape observable ``<x, e_2>``, ``r_1``, ``r_2``, the energy ``F_tau`` (S^1: interaction exact,
+entropy by a von Mises KDE of concentration ``kde_kappa``, and the two terms of the dissipation
+identity on that KDE; S^{d-1}: interaction only), the token density of the angle and a few
+sample paths; the terminal loss on a held-out draw of tokens and noise. Step 0 is the untrained
+flow (``W = 0``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import numpy as np
 import optax
 
 from simulate.mean_field import flow as mff
-from simulate.runner import RunOptions, run_experiment
-from simulate.train import Problem
+from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.train import Problem, TrainResult, seed_streams
 from theory.mean_field.energy import terminal_width, validate_a, validate_beta, validate_tau
 from theory.validation import require
 
@@ -111,8 +112,6 @@ class MeanFieldConfig(RunOptions):
     """steps per compiled chunk (a multiple of log_every)."""
     seeds: int = 3
     """noise seeds (tokens and Brownian increments), vmapped."""
-    out: Path = Path("runs/mean-field")
-    """run directory."""
 
     def __post_init__(self):
         RunOptions.__post_init__(self)
@@ -433,11 +432,13 @@ def summarize(cfg: MeanFieldConfig, ds) -> dict:
     }
 
 
-def run(cfg: MeanFieldConfig):
-    """Run (or resume) into ``cfg.out``; returns the run directory."""
+def run(cfg: MeanFieldConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:
+    """Run (or resume) into ``output.out``; returns the run directory (the ``TrainResult`` when
+    ``output.store`` is off)."""
     return run_experiment(
         NAME,
         cfg,
+        output,
         problem(cfg),
         optimizer(cfg),
         lambda ds: summarize(cfg, ds),
@@ -449,15 +450,13 @@ def run(cfg: MeanFieldConfig):
     )
 
 
-# --- analysis of the W = 0 flow ---------------------------------------------------------------------
+# --- analysis of the W = 0 flow -------------------------------------------------------------------
 def linear_response(cfg: MeanFieldConfig, seed: int) -> dict:
     """Gradient of the terminal loss at ``W = 0`` per depth bin, ``g_b = dG/dW_b`` (spec §5.6:
     the adjoint formula ``int P_x grad phi_t sigma^T dmu_t`` on particles), and what it predicts
     for large ``lambda``: ``W_b ≈ -g_b/(lambda h)``, escape ``Delta_T ≈ sum_b ||g_b||^2/(lambda
     h) = int ||G_t||^2 dt / lambda`` with ``G_t = g_b/h`` (the Gramian ``p^T Gamma_T p`` of §5.5 in
     pathwise form)."""
-    from simulate.train import seed_streams
-
     flow = Flow(cfg)
     streams = seed_streams([seed])
     keys = jnp.stack([streams["init"][0], streams["noise"][0]])
@@ -474,8 +473,6 @@ def restoring_rate(cfg: MeanFieldConfig, seed: int, from_depth: float | None = N
     quotient ``-u^T J u / u^T u`` of the attention-velocity Jacobian along ``u_i = cos theta_i``
     (the gradient of ``-<x, e_2>``), averaged over the saved ``W = 0`` configurations at depth
     >= ``from_depth`` (default T/2). S^1 only."""
-    from simulate.train import seed_streams
-
     require(cfg.dim == 2, "dim", cfg.dim, "2 (the restoring rate is computed on S^1)")
     flow = Flow(cfg)
     streams = seed_streams([seed])
@@ -485,3 +482,17 @@ def restoring_rate(cfg: MeanFieldConfig, seed: int, from_depth: float | None = N
     late = states[depth >= (cfg.depth / 2 if from_depth is None else from_depth)]
     rates = jax.vmap(lambda th: mff.rayleigh_rate(th, flow.kernel, jnp.cos(th)))(late)
     return float(jnp.mean(rates))
+
+
+def mean_linear_response(cfg: MeanFieldConfig) -> dict:
+    """Seed means of ``linear_response`` (``gradient_norm`` ``||G_t||`` per bin and ``gramian``
+    ``int ||G_t||^2 dt`` at ``W = 0``) and, on S^1, of the restoring rate of the escape mode
+    (``kappa``, ``restoring_rate``): the yardsticks of the trained figures."""
+    runs = [linear_response(cfg, s) for s in cfg.seed_ids]
+    out = {
+        "gradient_norm": np.mean([r["gradient_norm"] for r in runs], axis=0),
+        "gramian": float(np.mean([r["gramian"] for r in runs])),
+    }
+    if cfg.dim == 2:
+        out["kappa"] = float(np.mean([restoring_rate(cfg, s) for s in cfg.seed_ids]))
+    return out

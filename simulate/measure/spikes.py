@@ -3,9 +3,9 @@ clustering-head-loss-spike).
 
 Stability threshold. Adam's step is x_{t+1} = x_t - lr P^{-1} m_{t+1} with the gradient EMA
 m_{t+1} = beta1 m_t + (1 - beta1) g_t and P = (1 - beta1^t) diag(sqrt(v_hat) + eps) (see
-``simulate.clustering_head.training.adam_preconditioner``). Freeze P (it moves slowly, beta2 = 0.999) and
-take a quadratic loss; along an eigenvector of P^{-1} H with eigenvalue a, substituting
-m_{t+1} = (x_t - x_{t+1}) / lr gives
+``simulate.clustering_head.training.adam_preconditioner``). Freeze P (it moves slowly,
+beta2 = 0.999) and take a quadratic loss; along an eigenvector of P^{-1} H with eigenvalue a,
+substituting m_{t+1} = (x_t - x_{t+1}) / lr gives
 
     x_{t+1} = (1 + beta1 - c) x_t - beta1 x_{t-1},    c = lr (1 - beta1) a,
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import cast
 
 import numpy as np
 import sympy as sp
@@ -111,15 +112,17 @@ def cluster_geometry(sparsity: int) -> list[tuple[sp.Rational, int]]:
     """p = 2: an ideal clustering head puts the histogram with n_1 ones at the fraction n_1 / k of
     the segment from V z_0 to V z_1, with label n_1 mod 2 (§5.1): [(fraction, label)]."""
     require(sparsity >= 1, "sparsity", sparsity, "an integer k >= 1")
-    return [(sp.Rational(n1, sparsity), n1 % 2) for n1 in range(sparsity + 1)]
+    # sympy's stub types Rational(p, q) as possibly NaN or zoo; with q = k >= 1 it is a Rational
+    return [(cast(sp.Rational, sp.Rational(n1, sparsity)), n1 % 2) for n1 in range(sparsity + 1)]
 
 
 def normalisation_jacobian(dim: int = 2):
     """(xi symbols, dN/dxi) of N(xi) = sqrt(d) xi / ||xi|| (the RMS norm without its epsilon)."""
     require(dim >= 1, "dim", dim, "an integer >= 1")
-    xi = sp.Matrix(sp.symbols(f"xi1:{dim + 1}", real=True))
-    r = sp.sqrt(sum(x**2 for x in xi))
-    return xi, (sp.sqrt(dim) * xi / r).jacobian(xi)
+    symbols = sp.symbols(f"xi1:{dim + 1}", real=True)
+    xi = sp.Matrix(symbols)
+    r = sp.sqrt(sum(x**2 for x in symbols))
+    return xi, (xi * (sp.sqrt(dim) / r)).jacobian(xi)
 
 
 def normalisation_operator_norm(dim: int = 2):

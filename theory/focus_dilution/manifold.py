@@ -13,7 +13,8 @@ Numerical integration of this flow (and of the full one) lives in ``simulate.foc
 
 Derived here and checked in the tests (verdicts in ``docs/focus_dilution_verification.md``):
 
-* Redistribution: near ``theta_c^1`` the forcing on ``(gamma, beta)`` is linear in ``kappa ~ e^{2ct}``,
+* Redistribution: near ``theta_c^1`` the forcing on ``(gamma, beta)`` is linear in
+``kappa ~ e^{2ct}``,
   so ``D = gamma_h - pi_h sum_i gamma_i`` (``h`` the most frequent token) follows
   ``D = k_D kappa`` with ``k_D`` from the forced response ``(2c - J_out)^{-1} f``: rate ``2c``.
 * Any critical point on the manifold has ``beta . (S_q - P_q) = 0`` for every query (generically),
@@ -26,19 +27,23 @@ Derived here and checked in the tests (verdicts in ``docs/focus_dilution_verific
   symmetry and comes to rest where ``S_h = P_h`` and ``S_q`` = the mean of the low-frequency rows of
   ``P``; there ``G_M = 0`` and ``G_Phi = 0``, so ``B = 0``: every transverse eigenvalue is zero
   (degenerate). It is a stall only where the point is not a saddle inside the manifold: for larger
-  ``lambda`` and moderate ``pi_1`` (e.g. ``lambda = 0.7``, ``pi_1 = 0.7``) an ``O(1)`` in-manifold mode
-  that splits the low-frequency tokens is unstable and no ``delta`` is needed. In the stalling regime
-  (e.g. the spec's ``pi_1 = 0.7``, ``lambda = 0.5``) ``delta != 0`` moves the rest point by ``O(delta)``
+  ``lambda`` and moderate ``pi_1`` (e.g. ``lambda = 0.7``, ``pi_1 = 0.7``) an ``O(1)`` in-manifold
+  mode
+  that splits the low-frequency tokens is unstable and no ``delta`` is needed. In the stalling
+  regime
+  (e.g. the spec's ``pi_1 = 0.7``, ``lambda = 0.5``) ``delta != 0`` moves the rest point by
+  ``O(delta)``
   to one with ``G_Phi = 0``, ``G_M = Theta(delta)``, no in-manifold instability, and top transverse
   rate ``mu_IV = ||G_M||_2 = k_delta |delta| + O(delta^2)`` (the second one is ``O(delta^3)``); the
-  unstable embedding direction ``v`` (top left singular vector of ``G_M``) is orthogonal to ``gamma``
+  unstable embedding direction ``v`` (top left singular vector of ``G_M``) is orthogonal to
+  ``gamma``
   because ``G_M^T gamma = 0``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import sympy as sp
@@ -59,7 +64,7 @@ from theory.gradient_flow import GradientFlow, escape_time
 from theory.validation import require
 
 
-# --- the reduced flow on the rank-one manifold (spec §5.4) -----------------------------------------
+# --- the reduced flow on the rank-one manifold (spec §5.4) ----------------------------------------
 def split_state(x):
     """``x = (gamma, beta, kQ, kK)`` -> its parts (``gamma``, ``beta`` of length ``d``)."""
     d = (len(x) - 2) // 2
@@ -95,11 +100,14 @@ def manifold_flow(pi, P) -> GradientFlow:
     beta = sp.Matrix(sp.symbols(f"beta_1:{d + 1}", real=True))
     kq, kk = sp.symbols("kappa_Q kappa_K", real=True)
     loss = population_loss_expr(gamma * beta.T, kq * kk * gamma * gamma.T, pi_m, sp.Matrix(P))
-    return GradientFlow(state=(*gamma, *beta, kq, kk), loss=loss)
+    # sympy's stubs type the entries of a Matrix of symbols as MatrixElement; they are Symbols.
+    state = cast(tuple[sp.Symbol, ...], (*gamma, *beta, kq, kk))
+    return GradientFlow(state=state, loss=loss)
 
 
 def manifold_parameters(x, m: int, m_k: int) -> Parameters:
-    """Embed ``x`` with ``alpha = e_1`` in ``R^m`` and ``at = e_1`` in ``R^{m_k}``. The map is linear,
+    """Embed ``x`` with ``alpha = e_1`` in ``R^m`` and ``at = e_1`` in ``R^{m_k}``. The map is
+    linear,
     so the flow is tangent to the manifold iff ``field(embed(x)) = embed(manifold_field(x))``."""
     gamma, beta, kq, kk = split_state(x)
     alpha, alpha_t = np.eye(m)[0], np.eye(m_k)[0]
@@ -117,9 +125,10 @@ def second_point_state(pi, kappa_seed: float = 0.0) -> np.ndarray:
     return np.concatenate([point.gamma, point.beta, [kappa_seed, kappa_seed]])
 
 
-# --- mass redistribution (spec §5.4) ------------------------------------------------------------------
+# --- mass redistribution (spec §5.4) --------------------------------------------------------------
 def redistribution_coordinate(gamma, pi):
-    """``D = (1 - pi_h) gamma_h - pi_h sum_{i != h} gamma_i = gamma_h - pi_h sum_i gamma_i``, ``h`` the
+    """``D = (1 - pi_h) gamma_h - pi_h sum_{i != h} gamma_i = gamma_h - pi_h sum_i gamma_i``, ``h``
+    the
     most frequent token: zero iff ``gamma`` is proportional to ``pi`` (as at ``theta_c^1``)."""
     pi = np.asarray(pi)
     h = int(np.argmax(pi))
@@ -137,7 +146,8 @@ class Redistribution(NamedTuple):
 
 
 def redistribution_response(pi, P) -> Redistribution:
-    """Solve ``(2c - J_out) r = f``: ``J_out`` is the (gamma, beta) Jacobian at ``theta_c^1`` and ``f``
+    """Solve ``(2c - J_out) r = f``: ``J_out`` is the (gamma, beta) Jacobian at ``theta_c^1`` and
+    ``f``
     the derivative of ``(gamma', beta')`` in ``kappa``. This is the particular solution driven by
     ``kappa(t) ~ e^{2ct}``; the homogeneous part decays (``J_out <= 0``). The explicit
     ``-kappa (G_Phi + G_Phi^T) gamma`` term alone does not give the sign of the response: the change
@@ -158,10 +168,10 @@ def redistribution_response(pi, P) -> Redistribution:
     x_kappa[2 * d :] = [1j * h, 1.0]
     f = np.imag(manifold_field(x_kappa, pi, P)[: 2 * d]) / h
     r = np.linalg.solve(2 * c * np.eye(2 * d) - J_out, f)
-    return Redistribution(2 * c, r[:d], float(redistribution_coordinate(r[:d], pi)))
+    return Redistribution(float(2 * c), r[:d], float(redistribution_coordinate(r[:d], pi)))
 
 
-# --- Stage IV (spec §5.5) --------------------------------------------------------------------------------
+# --- Stage IV (spec §5.5) -------------------------------------------------------------------------
 def transverse_coupling(x, pi, P) -> np.ndarray:
     """``B = [G_M, kK G_Phi gamma, kQ G_Phi^T gamma]`` (``d x (d + 2)``): at any manifold point the
     off-manifold perturbation ``(v; w, s, t)`` along a new direction ``a2`` evolves linearly by
@@ -172,13 +182,15 @@ def transverse_coupling(x, pi, P) -> np.ndarray:
 
 
 def transverse_rates(x, pi, P) -> np.ndarray:
-    """Singular values of ``B``: the off-manifold eigenvalues are ``+-`` these (``m - 1`` copies)."""
+    """Singular values of ``B``: the off-manifold eigenvalues are ``+-`` these (``m - 1``
+    copies)."""
     return np.linalg.svd(transverse_coupling(x, pi, P), compute_uv=False)
 
 
 def tangential_rate(x, pi, P) -> float:
     """Largest real eigenvalue of the manifold flow's (complex-step) Jacobian at ``x``: the fastest
-    in-manifold escape (zero up to rounding where the rest point is not a saddle in the manifold)."""
+    in-manifold escape (zero up to rounding where the rest point is not a saddle in the
+    manifold)."""
     J = complex_step_jacobian(lambda y: manifold_field(y, pi, P), x)
     return float(np.max(np.linalg.eigvals(J).real))
 
@@ -234,7 +246,8 @@ def rest_point(x, pi, P) -> StageFourPoint:
 
 
 def symmetric_pi(pi_1: float, d: int, delta: float = 0.0, signs=None) -> np.ndarray:
-    """``pi = (pi_1, r + s_2 delta, ..., r + s_d delta)``, ``r = (1 - pi_1)/(d - 1)``, zero-sum signs
+    """``pi = (pi_1, r + s_2 delta, ..., r + s_d delta)``, ``r = (1 - pi_1)/(d - 1)``, zero-sum
+    signs
     ``s`` (default ``(+1, 0, ..., 0, -1)``; spec §2.3: ``(0.7, 0.1 + delta, 0.1, 0.1 - delta)``)."""
     require(d >= 3, "d", d, "at least 3 tokens (two low-frequency tokens to break symmetry)")
     signs = np.array([1.0] + [0.0] * (d - 3) + [-1.0] if signs is None else signs, dtype=float)
@@ -248,7 +261,7 @@ def symmetric_pi(pi_1: float, d: int, delta: float = 0.0, signs=None) -> np.ndar
     return validate_pi(np.concatenate([[pi_1], r + signs * delta]))
 
 
-# --- predicted stage times (spec §5.1-5.3, §5.5) ------------------------------------------------------
+# --- predicted stage times (spec §5.1-5.3, §5.5) --------------------------------------------------
 class StageTimes(NamedTuple):
     """Leading-order stage onsets for init scale ``eps``: ``t_I = ln(1/eps)/sigma``,
     ``t_II = t_I + ln(1/eps)/c`` and ``t_IV = t_II + ln(1/eps_perp)/mu_IV`` (``inf`` when

@@ -6,7 +6,8 @@ last position of a Markov chain ``P = lambda I + (1 - lambda) 1 pi^T``. In the p
 (spec §3.3), with ``M = W0 W1`` and ``Phi = s W0 WQ WK^T W0^T`` (``s`` = ``qk_scale``, the optional
 ``1/sqrt(m_k)`` of spec §3.2, default 1):
 
-    p_q(k) = pi_k e^{Phi_qk} / sum_l pi_l e^{Phi_ql},   A = [p_q(k)],   Z = A M,   S = rowsoftmax(Z),
+    p_q(k) = pi_k e^{Phi_qk} / sum_l pi_l e^{Phi_ql},   A = [p_q(k)],   Z = A M,   S =
+    rowsoftmax(Z),
     L(M, Phi) = -sum_q pi_q sum_k P_qk log S_qk.
 
 Closed-form gradients (spec §3.4, checked in the tests against sympy and finite differences), with
@@ -24,7 +25,7 @@ forms of the loss sit next to the numpy ones. Stage linearisations live in
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import sympy as sp
@@ -204,7 +205,9 @@ def population_loss_expr(M: sp.Matrix, Phi: sp.Matrix, pi: sp.Matrix, P: sp.Matr
 
 def parameter_loss_expr(theta: Parameters, pi: sp.Matrix, P: sp.Matrix, qk_scale=1) -> sp.Expr:
     """Symbolic loss of the parameters (``theta`` made of sympy matrices)."""
-    return population_loss_expr(*parameter_maps(theta, qk_scale), pi, P)
+    # parameter_maps is written for numpy and works unchanged on sympy matrices.
+    M, Phi = parameter_maps(theta, qk_scale)
+    return population_loss_expr(cast(sp.Matrix, M), cast(sp.Matrix, Phi), pi, P)
 
 
 def pi_symbols(d: int, normalised: bool = True) -> sp.Matrix:

@@ -11,19 +11,20 @@ Verdicts on the spec's [derived] statements: ``docs/focus_dilution_verification.
   ``x = W0^T a``, ``y = W1 b`` obey ``x' = sigma y``, ``y' = sigma x`` with
   ``sigma = ||pi|| ||pi - u||``, ``a = pi/||pi||``, ``b = (pi - u)/||pi - u||``.
 * ``theta_c^1`` (§5.2): ``W0 = gamma alpha^T``, ``W1 = alpha beta^T``, ``WQ = WK = 0`` with
-  ``gamma = g pi/||pi||``, ``beta = g l/||l||``, ``g^2 = ||l||/||pi||``, ``l = log pi - mean(log pi)``;
+  ``gamma = g pi/||pi||``, ``beta = g l/||l||``, ``g^2 = ||l||/||pi||``,
+  ``l = log pi - mean(log pi)``;
   ``S_q = pi`` for every query, loss ``H(pi)``.
 * Stage II (§5.3): ``G_Phi[q,k] = pi_q pi_k (gamma_k - gbar)(bbar - (P beta)_q)``;
   ``c = -gamma^T G_Phi gamma = Var_pi(gamma) Cov_pi(gamma, P beta)``, for the lazy chain
   ``lambda ||l|| Var_pi(pi) Cov_pi(pi, log pi) / ||pi||^5``. The Jacobian at ``theta_c^1`` is block
   diagonal: the (W0, W1) block is negative semi-definite, the (WQ, WK) block is
-  ``[[0, c aa^T], [c aa^T, 0]]`` (x ``I_{m_k}``) with eigenvalues ``+c`` and ``-c`` (``m_k`` each) and
-  zeros: indefinite, not positive semi-definite as the secondary summary says.
+  ``[[0, c aa^T], [c aa^T, 0]]`` (x ``I_{m_k}``) with eigenvalues ``+c`` and ``-c`` (``m_k`` each)
+  and zeros: indefinite, not positive semi-definite as the secondary summary says.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import sympy as sp
@@ -90,7 +91,7 @@ def entropy(pi):
     return -pi.dot(_log(pi))
 
 
-# --- Stage I: the origin (spec §5.2) ----------------------------------------------------------------
+# --- Stage I: the origin (spec §5.2) --------------------------------------------------------------
 def origin_gradient(pi):
     """``G_M(0) = pi (u - pi)^T`` with ``u = 1/d`` (rank one along ``pi``); ``G_Phi(0) = 0``."""
     pi = _as_vector(pi)
@@ -99,7 +100,8 @@ def origin_gradient(pi):
 
 
 def stage_one_rate(pi):
-    """``sigma = ||pi|| ||pi - u||``: the top singular value of ``G_M(0)``, growth rate of Stage I."""
+    """``sigma = ||pi|| ||pi - u||``: the top singular value of ``G_M(0)``, growth rate of Stage
+    I."""
     pi = _as_vector(pi)
     return _norm(pi) * _norm(pi - _ones_like(pi) / len(pi))
 
@@ -122,14 +124,15 @@ def stage_one_solution(x0, y0, sigma, t):
     return ch * x0 + sh * y0, sh * x0 + ch * y0
 
 
-# --- theta_c^1: the second critical point (spec §5.2) -----------------------------------------------
+# --- theta_c^1: the second critical point (spec §5.2) ---------------------------------------------
 class SecondCriticalPoint(NamedTuple):
     """``theta_c^1``: ``W0 = gamma alpha^T``, ``W1 = alpha beta^T``, ``WQ = WK = 0``; ``g`` is the
     common norm ``||gamma|| = ||beta||`` (top singular value of ``W0`` and of ``W1``)."""
 
-    gamma: object
-    beta: object
-    g: object
+    gamma: Any
+    """numpy vector, or sympy matrix for a symbolic pi."""
+    beta: Any
+    g: Any
 
 
 def centred_log(pi):
@@ -162,9 +165,10 @@ def second_critical_parameters(pi, m: int, m_k: int, alpha=None) -> Parameters:
     )
 
 
-# --- Stage II: attention growth (spec §5.3) ----------------------------------------------------------
+# --- Stage II: attention growth (spec §5.3) -------------------------------------------------------
 def stage_two_attention_gradient(gamma, beta, pi, P):
-    """``G_Phi[q, k] = pi_q pi_k (gamma_k - gbar)(bbar - (P beta)_q)`` at any ``W0 = gamma alpha^T``,
+    """``G_Phi[q, k] = pi_q pi_k (gamma_k - gbar)(bbar - (P beta)_q)`` at any
+    ``W0 = gamma alpha^T``,
     ``W1 = alpha beta^T``, ``Phi = 0`` with ``S_q = pi`` for all ``q`` (``gbar = pi.gamma``,
     ``bbar = pi.beta``)."""
     pi = _as_vector(pi)
@@ -174,10 +178,13 @@ def stage_two_attention_gradient(gamma, beta, pi, P):
     return _outer(col, row)
 
 
-def stage_two_rate(pi, P, qk_scale=1):
-    """``c = -gamma^T G_Phi gamma = Var_pi(gamma) Cov_pi(gamma, P beta)`` at ``theta_c^1`` (times the
-    ``qk_scale`` ``s``): ``WQ' = c alpha alpha^T WK``, ``WK' = c alpha alpha^T WQ``, so the symmetric
-    mode of ``(WQ^T alpha, WK^T alpha)`` grows like ``e^{ct}`` and ``||WQ WK^T||`` like ``e^{2ct}``."""
+def stage_two_rate(pi, P, qk_scale: Any = 1):
+    """``c = -gamma^T G_Phi gamma = Var_pi(gamma) Cov_pi(gamma, P beta)`` at ``theta_c^1`` (times
+    the
+    ``qk_scale`` ``s``): ``WQ' = c alpha alpha^T WK``, ``WK' = c alpha alpha^T WQ``, so the
+    symmetric
+    mode of ``(WQ^T alpha, WK^T alpha)`` grows like ``e^{ct}`` and ``||WQ WK^T||`` like
+    ``e^{2ct}``."""
     pi = _as_vector(pi)
     point = second_critical_point(pi)
     gamma, beta = point.gamma, point.beta
@@ -186,7 +193,8 @@ def stage_two_rate(pi, P, qk_scale=1):
 
 def stage_two_rate_closed_form(pi, lam):
     """Boxed form for ``P = lambda I + (1 - lambda) 1 pi^T``:
-    ``c = lambda ||l|| Var_pi(pi) Cov_pi(pi, log pi) / ||pi||^5 >= 0`` (``> 0`` iff ``lambda > 0`` and
+    ``c = lambda ||l|| Var_pi(pi) Cov_pi(pi, log pi) / ||pi||^5 >= 0`` (``> 0`` iff ``lambda > 0``
+    and
     ``pi`` is not uniform)."""
     pi = _as_vector(pi)
     return (
@@ -199,7 +207,8 @@ def stage_two_rate_closed_form(pi, lam):
 
 
 def symmetric_family_rates():
-    """``(sigma, c)`` for ``pi = (pi_1, r, ..., r)``, ``r = (1 - pi_1)/(d - 1)``, as sympy expressions
+    """``(sigma, c)`` for ``pi = (pi_1, r, ..., r)``, ``r = (1 - pi_1)/(d - 1)``, as sympy
+    expressions
     in ``pi_1``, ``d``, ``lambda`` (spec §5.7 item 5). With ``L = log(pi_1/r)`` and
     ``n2 = ||pi||^2 = pi_1^2 + (1 - pi_1)^2/(d - 1)``: ``sigma = sqrt(n2 (n2 - 1/d))`` and
     ``c = lambda sqrt((d - 1)/d) pi_1^2 (1 - pi_1)^2 (pi_1 - r)^3 L^2 / n2^(5/2)``

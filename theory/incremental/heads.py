@@ -6,10 +6,12 @@ lags. With residual ``R = G - sum_k v_k s_k^T`` and target ``G_{j,i} = m_j alpha
 
     L = 1/2 ||R||_F^2                               (§5.1)
     v_k'     = R s_k
-    theta_k' = R^T v_k          replicator metric   (Variant A, s_k' = J(s_k) R^T v_k; paper Fig. 10)
+    theta_k' = R^T v_k          replicator metric   (Variant A, s_k' = J(s_k) R^T v_k; paper Fig.
+    10)
     theta_k' = J(s_k) R^T v_k   logit metric        (Variant B, s_k' = J(s_k)^2 R^T v_k)
 
-with ``J(s) = diag(s) - s s^T``. The symbolic field is written in ``(v, s)`` coordinates, where it is
+with ``J(s) = diag(s) - s s^T``. The symbolic field is written in ``(v, s)`` coordinates, where it
+is
 polynomial; the simplex constraint ``sum_i s_{k,i} = 1`` is declared as a linear invariant.
 """
 
@@ -208,7 +210,8 @@ class HeadSystem:
 
     def ladder(self) -> tuple[int, ...]:
         """Blocks in the order they are learned: by the loss of the symmetric fixed point on each
-        block, lowest first (blockwise Cauchy-Schwarz, spec §5.3: j* = argmax m_j ||alpha_I(j)||)."""
+        block, lowest first (blockwise Cauchy-Schwarz, spec §5.3: j* = argmax m_j
+        ||alpha_I(j)||)."""
         vals = self.parameter_values()
         levels = [float(self.loss_at(p).xreplace(vals)) for _, p in self.symmetric_fixed_points()]
         return tuple(int(j) for j in np.argsort(levels, kind="stable"))
@@ -288,8 +291,13 @@ def field_jacobian(G: np.ndarray, v: np.ndarray, s: np.ndarray, power: int) -> n
     R = G - v.T @ s
     n = H * h + H * T
     jac = np.zeros((n, n))
-    vi = lambda k: slice(k * h, (k + 1) * h)
-    si = lambda k: slice(H * h + k * T, H * h + (k + 1) * T)
+
+    def vi(k: int) -> slice:
+        return slice(k * h, (k + 1) * h)
+
+    def si(k: int) -> slice:
+        return slice(H * h + k * T, H * h + (k + 1) * T)
+
     for k in range(H):
         Jk = np.diag(s[k]) - np.outer(s[k], s[k])
         Mk = np.linalg.matrix_power(Jk, power)

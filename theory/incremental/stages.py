@@ -2,8 +2,10 @@
 
 Stage 1, escape from uniform attention (§5.6, corrected). While values are small they grow as
 ``v_j = m_j ||alpha_I(j)||_1 t / T``, which drives the block-1 logits at the block-mean rate
-``Delta(t) = m_1^2 ||alpha_I(1)||_1^2 t / (b T)``. Lumping block 1 (mass ``p``, ``b`` lags) against the
-other ``T - b`` lags gives ``p' = g(p) Delta(t)`` with ``g`` derived below from ``J(s)`` (replicator)
+``Delta(t) = m_1^2 ||alpha_I(1)||_1^2 t / (b T)``. Lumping block 1 (mass ``p``, ``b`` lags) against
+the
+other ``T - b`` lags gives ``p' = g(p) Delta(t)`` with ``g`` derived below from ``J(s)``
+(replicator)
 or ``J(s)^2`` (logit); the predicted stage-1 time is the time at which ``p = 1/2``:
 ``int_{b/T}^{1/2} dp / g(p) = m_1^2 ||alpha||_1^2 t_1^2 / (2 b T)``. For the replicator this is the
 spec's ``t_1^(A)``; for the logit metric the spec's constant-``J`` estimate is replaced by the exact
@@ -21,7 +23,8 @@ Instead (centre-manifold reduction, derived here, checked numerically in the tes
     ``s_i^-2' = 2 T |c_i|``;
   * a zero-sum head-splitting perturbation of amplitude ``a`` obeys ``a'' = m_i^2 s_i(t) a``
     (replicator) or grows at rate ``sqrt(2) m_i s_i(t)`` (logit), so ``ln a`` grows like
-    ``2 sqrt(kappa t)`` with ``kappa = m_i^2 / |c_i|``: the plateau lasts ``~ (ln 1/eps)^2 / (4 kappa)``
+    ``2 sqrt(kappa t)`` with ``kappa = m_i^2 / |c_i|``: the plateau lasts ``~ (ln 1/eps)^2 / (4
+    kappa)``
     (replicator) or ``T (ln 1/eps)^2 / (4 kappa)`` (logit), quadratic in ``ln(1/eps)``.
 Stage k >= 2 is predicted by integrating that growth from the previous stage time with the group
 of ``n = H - k + 2`` heads still on the most important block and amplitude ``eps``.
@@ -145,7 +148,8 @@ def predict_stages(
     (standard deviation of the initial logits).
 
     ``t1`` replaces the closed-form stage-1 time (e.g. by the lumped symmetric system integrated in
-    ``simulate.incremental.lumped_escape``); the plateau-entry masses of the vertex law stay those of the
+    ``simulate.incremental.lumped_escape``); the plateau-entry masses of the vertex law stay those
+    of the
     closed-form early-time solution."""
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
@@ -217,3 +221,12 @@ def predict_stages(
         out.append(StagePrediction(k, j, levels[k - 1], levels[k], t_k, rule))
         t_prev = t_k
     return out
+
+
+def asymptotic_sqrt_slope(setting: HeadSetting) -> float:
+    """Derived d sqrt(t_2 - t_1) / d ln(1/eps) as eps -> 0: 1/(2 sqrt(kappa)), times sqrt(T) under
+    the logit metric, kappa = m_2^2 / |c_2| (``vertex_decay_coefficient``)."""
+    m = setting.importance_values
+    c = vertex_decay_coefficient(setting.heads, m[0], m[1])
+    slope = 1 / (2 * math.sqrt(m[1] ** 2 / abs(c)))
+    return slope * (math.sqrt(setting.window) if setting.metric == "logit" else 1.0)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import mpmath as mp
 import numpy as np
@@ -74,7 +74,7 @@ def besseli(order, x) -> float:
     return float(mp.besseli(order, x))
 
 
-# --- the kernel on S^1 and its Fourier modes (Jacobi-Anger) ----------------------------------------
+# --- the kernel on S^1 and its Fourier modes (Jacobi-Anger) ---------------------------------------
 def jacobi_anger_coefficient(n: int, x: float) -> float:
     """``(1/2 pi) int_0^{2 pi} e^{x cos psi} cos(n psi) d psi`` by quadrature; equals ``I_n(x)``,
     the identity ``e^{x cos psi} = I_0(x) + 2 sum_n I_n(x) cos(n psi)`` used throughout."""
@@ -213,10 +213,14 @@ def funk_hecke_eigenvalue(ell: int, dim: int, beta_value: float) -> float:
     def w(p):
         return mp.sin(p) ** (dim - 2)
 
-    num = mp.quad(
-        lambda p: mp.exp(beta_value * mp.cos(p)) * legendre(mp.cos(p)) * w(p), [0, mp.pi / 2, mp.pi]
+    # mp.quad returns a (value, error) pair only with error=True: a number here
+    num = mp.mpf(
+        mp.quad(
+            lambda p: mp.exp(beta_value * mp.cos(p)) * legendre(mp.cos(p)) * w(p),
+            [0, mp.pi / 2, mp.pi],
+        )
     )
-    den = mp.quad(w, [0, mp.pi / 2, mp.pi])
+    den = mp.mpf(mp.quad(w, [0, mp.pi / 2, mp.pi]))
     return float(num / den)
 
 
@@ -245,7 +249,7 @@ def _constant_term(expr: sp.Expr, z: sp.Symbol) -> sp.Expr:
 
 
 @lru_cache(maxsize=1)
-def landau_derivation() -> dict[str, sp.Expr]:
+def landau_derivation() -> dict[str, sp.Basic]:
     """Landau expansion of the self-consistency on S^1 (A = I) near ``tau_c``.
 
     Stationary states: ``rho ∝ exp(x_1 cos theta + x_2 cos 2 theta + ...)`` with
@@ -269,7 +273,8 @@ def landau_derivation() -> dict[str, sp.Expr]:
     # x_1 = a_1 r_1 divided by x_1: 1 = a_1 (1/2 + s^2 (...)), a_1 = 2 (1 + delta)
     ratio = sp.expand(sp.expand(r1 / (sc * x1)).subs(x2, x2_sol))
     X = sp.Symbol("X")  # x_1^2
-    eq = sp.expand(2 * (1 + delta) * (ratio.coeff(sc, 0) + ratio.coeff(sc, 2).subs(x1**2, X)) - 1)
+    c0, c2 = (cast(sp.Expr, ratio.coeff(sc, n)) for n in (0, 2))  # coefficients: expressions
+    eq = sp.expand(2 * (1 + delta) * (c0 + c2.subs(x1**2, X)) - 1)
     x1sq = sp.solve(sp.Eq(eq, 0), X)[0]
     x1sq_lead = sp.series(x1sq, delta, 0, 2).removeO()
     r1sq = sp.simplify(x1sq_lead / 4)  # r_1 = x_1/2 at leading order
@@ -289,7 +294,7 @@ def landau_amplitude(beta_value: float) -> float:
     """``c`` in ``r_1^2 ≈ c (tau_c/tau - 1)`` just below ``tau_c``; negative ⇒ discontinuous."""
     d = landau_derivation()
     a2v = 2 * besseli(2, beta_value) / besseli(1, beta_value)
-    return float(d["amplitude"].subs(d["a2"], a2v))
+    return float(cast(sp.Expr, d["amplitude"].subs(d["a2"], a2v)))  # subs is typed as Basic
 
 
 def tricritical_beta() -> float:
@@ -353,7 +358,7 @@ def spinodal_tau(beta_value: float, tol: float = 1e-6) -> float:
     return (lo + hi) / 2
 
 
-# --- energy (spec §5.1-5.2) ------------------------------------------------------------------------
+# --- energy (spec §5.1-5.2) -----------------------------------------------------------------------
 def uniform_energy_expr() -> sp.Expr:
     """``F_tau(uniform)`` on S^1, A = I, density ``1/(2 pi)`` w.r.t. ``d theta``."""
     rho = 1 / (2 * sp.pi)
@@ -480,18 +485,21 @@ def uniform_order_parameter_mean(
     """``E r_1`` of N tokens in the Gibbs state ``exp(N sum_k I_k r_k^2/(beta tau))`` above
     ``tau_c`` (mode 1 only): ``N r_1^2`` is exponential with mean ``1/(1 - tau_c/tau)`` (no
     interaction: mean 1), so ``E r_1 = sqrt(pi / (4 N (1 - tau_c/tau)))``."""
-    chi = 1.0 if tau_value is None else 1 / (1 - tau_c_value / tau_value)
+    chi = 1.0
+    if tau_value is not None:
+        require(tau_c_value is not None, "tau_c_value", tau_c_value, "tau_c, given with tau")
+        chi = 1 / (1 - cast(float, tau_c_value) / tau_value)
     return math.sqrt(math.pi * chi / (4 * n_tokens))
 
 
-# --- restoring rates of point clusters (spec §5.4) -------------------------------------------------
+# --- restoring rates of point clusters (spec §5.4) ------------------------------------------------
 def cluster_velocity(displaced: sp.Expr, clusters: list[tuple[sp.Expr, sp.Expr]]) -> sp.Expr:
     """Velocity of a token at angle ``displaced`` from point clusters ``[(mass, angle), ...]``,
     ``A = diag(1, a)``, no noise: ``sum_c m_c e^{beta <x, A y_c>} <x', A y_c>``."""
     x = sp.Matrix([sp.cos(displaced), sp.sin(displaced)])
     dx = sp.Matrix([-sp.sin(displaced), sp.cos(displaced)])
     A = sp.diag(1, a)
-    out = 0
+    out: sp.Expr = sp.Integer(0)
     for mass, angle in clusters:
         y = A * sp.Matrix([sp.cos(angle), sp.sin(angle)])
         out += mass * sp.exp(beta * (x.T * y)[0]) * (dx.T * y)[0]
@@ -508,8 +516,9 @@ def restoring_rates() -> dict[str, sp.Expr]:
       terminal cost ``-<x, e_2>`` excites;
     * ``co_rotating``: both clusters rotated by ``+eps``."""
 
-    def rate(vel):
-        return sp.simplify(-sp.diff(vel, eps).subs(eps, 0))
+    def rate(vel: sp.Expr) -> sp.Expr:
+        slope = cast(sp.Expr, sp.diff(vel, eps).subs(eps, 0))  # subs is typed as Basic
+        return cast(sp.Expr, sp.simplify(-slope))
 
     return {
         "single": rate(cluster_velocity(eps, [(m_w, sp.Integer(0))])),
@@ -527,7 +536,7 @@ def opposing_rate(beta_value: float, a_value: float, mass: float = 0.5) -> float
     )
 
 
-# --- the linear-quadratic turnpike (spec §5.5) -----------------------------------------------------
+# --- the linear-quadratic turnpike (spec §5.5) ----------------------------------------------------
 def scalar_lq() -> dict[str, sp.Expr]:
     """``x' = -kappa x + b w``, cost ``g x_T + lambda/2 int_0^T w^2``.
 

@@ -1,0 +1,65 @@
+"""The theory's numbers for one focus-dilution setting (spec ``focus_dilution.md`` §5): the
+Stage I-II rates, ``theta_c^1``, the Stage-IV rest point of the reduced manifold flow, the plateau
+levels and the predicted stage onsets. The closed forms are in ``theory.focus_dilution``; this
+module integrates the reduced flow (diffrax, ``simulate.focus_dilution.flow``) where a number needs
+it (the Stage-IV point, the Stage-III delay)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from simulate.focus_dilution.flow import manifold_trajectory, stage_four_point
+from theory.focus_dilution.manifold import manifold_parameters, predicted_stage_times
+from theory.focus_dilution.population import attention, parameter_loss, validate_pi
+from theory.focus_dilution.stages import entropy, second_critical_point
+
+PREDICTION_RULE = (
+    "t_I = ln(1/eps)/sigma, t_II = t_I + ln(1/eps)/c, t_III = t_II + (onset III - "
+    "onset II on the reduced manifold flow), t_IV = t_II + ln(1/eps)/mu_IV "
+    "(eps_perp = eps; intercepts O(1), not predicted)"
+)
+
+
+def stage_three_delay(pi: ArrayLike, P: ArrayLike) -> float:
+    """Time from onset II to onset III along the reduced manifold flow (spec §5.4) from
+    ``theta_c^1``: Stage III is not an escape, so its delay after Stage II is ``O(1)`` in ``eps``
+    and is read off the reduced system (the onset rules of ``simulate.focus_dilution.measure``
+    with the manifold attention)."""
+    pi = validate_pi(pi)
+    ts, xs = manifold_trajectory(pi, P, kappa_seed=1e-4, rest_tol=1e-8)
+    h = int(np.argmax(pi))
+    A = np.array([attention(pi, x[-2] * x[-1] * np.outer(x[: pi.size], x[: pi.size])) for x in xs])
+    H = (-np.sum(A * np.log(np.clip(A, 1e-300, None)), axis=-1)).max(axis=-1)
+    focus = A[:, h, h]
+    k2 = int(np.argmax(focus > (pi[h] + 1) / 2))
+    after = np.nonzero(H[k2:] > entropy(pi))[0]
+    if not focus.max() > (pi[h] + 1) / 2 or after.size == 0:
+        return math.nan
+    return float(ts[k2 + after[0]] - ts[k2])
+
+
+def predictions(pi: ArrayLike, P: ArrayLike, eps: float, qk_scale: float = 1.0) -> dict:
+    """The theory's numbers for one setting (spec §5): rates, ``theta_c^1``, the Stage-IV rest point
+    of the manifold flow, plateau levels and stage onsets (``t_III = t_II +`` the reduced-flow
+    delay; ``PREDICTION_RULE``)."""
+    pi = validate_pi(pi)
+    point = stage_four_point(pi, P)
+    times = predicted_stage_times(pi, P, eps, point.rate, qk_scale=qk_scale)
+    L_IV = float(parameter_loss(manifold_parameters(point.state, 1, 1), pi, P))
+    delay = stage_three_delay(pi, P)
+    return {
+        "sigma": times.sigma,
+        "c": times.c,
+        "two_c": 2 * times.c,
+        "mu_IV": times.mu_IV,
+        "g": float(second_critical_point(pi).g),
+        "ln_d": math.log(pi.size),
+        "H_pi": float(entropy(pi)),
+        "L_IV": L_IV,
+        "onsets": [times.t_I, times.t_II, times.t_II + delay, times.t_IV],
+        "stage_three_delay": delay,
+        "rule": PREDICTION_RULE,
+    }

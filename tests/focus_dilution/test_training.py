@@ -1,0 +1,143 @@
+"""The finite-sample model and the ``focus-dilution`` experiment
+(``simulate.focus_dilution.training``; spec §3.2-3.3)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import settings
+
+from simulate.focus_dilution import training
+from simulate.focus_dilution.measure import (
+    run_onsets,
+)
+from simulate.runner import RunOutput
+from theory.focus_dilution.population import (
+    Parameters,
+    parameter_loss,
+    reversible_transition,
+    transition_matrix,
+)
+from theory.validation import ConfigError
+
+D, M, MK = 4, 3, 2
+PI = np.array([0.75, 0.19, 0.05, 0.01])
+FAST = settings(max_examples=10, deadline=None)
+
+
+def _pi(seed, d=D):
+    raw = np.random.default_rng(seed).dirichlet(np.ones(d))
+    pi = 0.02 + (1 - 0.02 * d) * raw
+    return np.sort(pi / pi.sum())[::-1]
+
+
+def _chain(seed, lam):
+    pi = _pi(seed)
+    if seed % 2:
+        U = np.random.default_rng(seed + 1).uniform(size=(D, D))
+        return pi, reversible_transition(pi, (U + U.T) / (2 * D))
+    return pi, transition_matrix(pi, lam)
+
+
+def _as_jax(theta):
+    return Parameters(*(jnp.asarray(w) for w in theta))
+
+
+# --- the finite-sample model (spec §3.2-3.3) ----------------------------------------------------
+def _explicit_logits(theta, X, qk_scale):
+    """Position by position: embeddings, query of the last position, keys of every position."""
+    W0, WQ, WK, W1 = (np.asarray(w) for w in theta)
+    out = []
+    for x in np.asarray(X):
+        E = W0[x]
+        scores = qk_scale * (E[-1] @ WQ) @ (E @ WK).T
+        a = np.exp(scores - scores.max())
+        a /= a.sum()
+        out.append(a @ E @ W1)
+    return np.array(out)
+
+
+def test_finite_context_model_is_the_softmax_over_positions():
+    rng = np.random.default_rng(0)
+    theta = Parameters.random(rng, D, 5, 3, 0.7)
+    X = jnp.asarray(rng.integers(0, D, size=(6, 9)))
+    logits, attention = training.last_token_logits(_as_jax(theta), X, 0.5)
+    np.testing.assert_allclose(np.asarray(logits), _explicit_logits(theta, X, 0.5), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(attention).sum(-1), 1.0)
+    # the population formula with the context histogram in place of pi (spec §3.3)
+    from theory.focus_dilution.population import attention as pop_attention
+    from theory.focus_dilution.population import parameter_maps
+
+    M_, Phi = parameter_maps(theta, 0.5)
+    for x, z in zip(np.asarray(X), np.asarray(logits)):
+        hist = np.bincount(x, minlength=D) / x.size
+        seen = hist > 0
+        A = pop_attention(hist[seen], Phi[np.ix_([x[-1]], np.nonzero(seen)[0])])
+        np.testing.assert_allclose(z, (A @ M_[seen])[0], rtol=1e-10)
+
+
+def test_empirical_loss_tends_to_the_population_loss_with_the_context_length():
+    """Spec §3.3 (finite-context limit): at fixed parameters the last-token loss on sequences of
+    the chain approaches L(M, Phi) as s grows; the gap shrinks roughly like 1/s."""
+    P = transition_matrix(PI, 0.5)
+    rng = np.random.default_rng(1)
+    theta = Parameters.random(rng, D, M, MK, 0.9)
+    pop = parameter_loss(theta, PI, P)
+    gaps = []
+    for s in (8, 128):
+        seqs = training.sample_chain(
+            jax.random.PRNGKey(s), jnp.asarray(PI), jnp.asarray(P), 20000, s
+        )
+        logits, _ = training.last_token_logits(_as_jax(theta), seqs)
+        # labels averaged exactly over P[x_s] and queries weighted by pi exactly: what is left
+        # is the finite-context effect and the contexts' sampling noise
+        q = np.asarray(seqs[:, -1])
+        ell = -np.sum(P[q] * np.asarray(jax.nn.log_softmax(logits)), axis=-1)
+        loss = sum(PI[k] * ell[q == k].mean() for k in range(D))
+        gaps.append(abs(loss - pop))
+    assert gaps[1] < 0.25 * gaps[0]
+    assert gaps[1] < 0.01
+
+
+def test_sampled_chain_has_stationary_marginals_and_repeat_rate():
+    P = transition_matrix(PI, 0.5)
+    seqs = np.asarray(
+        training.sample_chain(jax.random.PRNGKey(0), jnp.asarray(PI), jnp.asarray(P), 4000, 50)
+    )
+    freq = np.bincount(seqs.ravel(), minlength=D) / seqs.size
+    np.testing.assert_allclose(freq, PI, atol=0.01)
+    repeats = np.mean(seqs[:, 1:] == seqs[:, :-1])
+    assert repeats == pytest.approx(0.5 + 0.5 * np.sum(PI**2), abs=0.01)
+
+
+def test_training_run_through_the_store(tmp_path):
+    cfg = training.FocusDilutionConfig(
+        context=16,
+        train_size=64,
+        steps=40,
+        log_every=10,
+        chunk=20,
+        seeds=2,
+        lr=0.2,
+        init_scale=0.1,
+        validation=64,
+    )
+    path = training.run(cfg, RunOutput(out=tmp_path / "run", quiet=True))
+    from simulate.store import load
+
+    ds, config = load(path)
+    assert config["experiment"] == "focus-dilution"
+    assert ds.sizes["seed"] == 2 and ds.sizes["step"] == 5
+    assert np.all(ds["population_loss"].values[:, -1] < ds["population_loss"].values[:, 0])
+    runs = training.as_runs(ds, cfg)
+    np.testing.assert_allclose(runs["time"].values[0], ds["step"].values * 0.2)
+    assert run_onsets(runs).shape == (2, 4)
+
+
+def test_bad_training_config_fails_with_one_line():
+    with pytest.raises(ConfigError, match="lambda"):
+        training.FocusDilutionConfig(lam=1.0)
+    with pytest.raises(ConfigError, match="pi"):
+        training.FocusDilutionConfig(pi=(0.5, 0.6))
+    with pytest.raises(ConfigError, match="text"):
+        training.FocusDilutionConfig(source="text", text="/no/such/file.txt")

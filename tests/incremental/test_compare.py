@@ -1,0 +1,39 @@
+"""``stagewise compare incremental``: the table rules and the whole command (slow)."""
+
+import numpy as np
+import pytest
+
+from figures.cli import main
+from simulate.incremental.training_stages import duration_ratio
+from simulate.store import read_summary
+
+
+def test_duration_ratios_are_stage_lengths_over_the_first_stage():
+    starts = np.array([10.0, 40.0, 100.0])
+    assert np.isnan(duration_ratio(starts, 0))
+    assert duration_ratio(starts, 1) == 3.0
+    assert duration_ratio(starts, 2) == 6.0
+
+
+def test_unknown_comparison_is_one_line(capsys):
+    assert main(["compare", "nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "incremental" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_compare_incremental_quick(tmp_path, capsys):
+    assert main(["compare", "incremental", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "meas/pred" in out and "dur. ratio meas" in out
+    run_dir = tmp_path / "compare-incremental"
+    assert (run_dir / "compare-incremental.png").exists()
+    summary = read_summary(run_dir)
+    # gradient flow with positional attention: every stage within 10% of the reduced system
+    rows = summary["regression_positional"]["rows"]
+    assert all(abs(r["ratio_min"] - 1) < 0.1 and abs(r["ratio_max"] - 1) < 0.1 for r in rows)
+    ce = summary["cross_entropy"]
+    assert ce["order_predicted"] == [1, 2, 3]
+    assert len(ce["rows"]) == 3 and np.isfinite(ce["rows"][-1]["start_measured"])
+    # the replot path draws from the stored data alone
+    assert main(["compare", "incremental", "--quick", "--replot", "--out", str(tmp_path)]) == 0
