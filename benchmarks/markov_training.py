@@ -1,7 +1,8 @@
 """markov timings at the paper's minimal setting (d = 50, spans [2,2,2], 3000 sequences per step,
 AdamW, validation 512 logged every 10 steps or once at the end of shorter runs, no store):
 compile time and steps per second of one seed (float64, the default q = 1e-9, and float32),
-16 seeds vmapped in one program against 16 sequential one-seed runs, and the full transformer at the same batch.
+16 seeds vmapped in one program against 16 sequential one-seed runs, and the full transformer
+at the same batch.
 
 The persistent compilation cache goes to a fresh temporary directory, as the CLI would use one:
 the first compile of each program is cold, the 15 later sequential runs load theirs.

@@ -1,7 +1,8 @@
 """``stagewise derive SYSTEM``: a paper's derivation as text or LaTeX.
 
 incremental: the reduced head system (spec incremental.md §5; computations in
-``theory.incremental.heads`` and ``theory.incremental.stages``)."""
+``theory.incremental.heads`` and ``theory.incremental.stages``). The other papers' derivations live
+in ``figures.derive_<paper>`` (focus_dilution, clustering_head, emergence, mean_field)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from figures import (
+    derive_clustering_head,
+    derive_emergence,
+    derive_focus_dilution,
+    derive_mean_field,
+)
 from simulate.incremental.head_options import HeadSystemOptions
 from theory.gradient_flow import classify_spectrum
 from theory.incremental.heads import METRICS, HeadSystem
@@ -135,5 +142,29 @@ SYSTEMS = {
         "reduced head system: field, fixed points, spectra, plateau levels, predicted stages",
         DeriveConfig,
         derive,
+    ),
+    "focus-dilution": Derivation(
+        "focus-dilution",
+        "population model, stage I-IV linearisations, plateaus, rates, onsets vs ln(1/eps)",
+        derive_focus_dilution.FocusDilutionDeriveConfig,
+        derive_focus_dilution.derive,
+    ),
+    "clustering-head": Derivation(
+        "clustering-head",
+        "symmetric subspace of sparse modular addition: invariance, clusters, normalisation",
+        derive_clustering_head.ClusteringHeadDeriveConfig,
+        derive_clustering_head.derive,
+    ),
+    "emergence": Derivation(
+        "emergence",
+        "linear-map floor, step heights, search space C(S, s), lottery model, bias mass",
+        derive_emergence.EmergenceDeriveConfig,
+        derive_emergence.derive,
+    ),
+    "mean-field": Derivation(
+        "mean-field",
+        "clustering threshold tau_c, mode rates, energy F_tau, Landau expansion, tricritical beta",
+        derive_mean_field.MeanFieldDeriveConfig,
+        derive_mean_field.derive,
     ),
 }

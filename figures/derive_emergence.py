@@ -62,8 +62,7 @@ def derive(cfg: EmergenceDeriveConfig) -> str:
         f"ln C = {th.search_space_log(cfg.S, hardest[0]):.6g}",
         "",
         "Lottery model: H independent heads, survival Fbar_H = Fbar_1^H",
-        f"  exponential search times (rate lambda): q-quantile t = {show(quantile)} "
-        "(u = 1 - q)",
+        f"  exponential search times (rate lambda): q-quantile t = {show(quantile)} (u = 1 - q)",
         f"  median at H = {cfg.heads}: t = {show(median)}",
         f"  a reference survival of 1/2 with one head becomes "
         f"{float(th.lottery_survival(0.5, 1, cfg.heads)):.6g} with H = {cfg.heads}",

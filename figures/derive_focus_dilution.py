@@ -114,7 +114,8 @@ def derive(cfg: FocusDilutionDeriveConfig) -> str:
     lines += [
         "",
         "Second critical point theta_c^1: W0 = gamma alpha^T, W1 = alpha beta^T, WQ = WK = 0",
-        f"  g^2 = ||l||/||pi||, l = log pi - mean(log pi):  g = {show(second_critical_point(pi_s).g)}",
+        "  g^2 = ||l||/||pi||, l = log pi - mean(log pi):  "
+        f"g = {show(second_critical_point(pi_s).g)}",
         f"    = {float(point.g):.6g}",
         f"  gamma = {_vector(point.gamma)},  beta = {_vector(point.beta)}",
         "",
@@ -179,4 +180,3 @@ def derive(cfg: FocusDilutionDeriveConfig) -> str:
         ),
     ]
     return "\n".join(lines)
-

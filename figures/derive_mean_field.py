@@ -67,14 +67,17 @@ def derive(cfg: MeanFieldDeriveConfig) -> str:
         )
     uniform = th.uniform_energy_expr()
     small = th.von_mises_energy_small_kappa()
+
+    def vm(kappa: float) -> float:
+        return th.von_mises_energy(kappa, cfg.beta, cfg.tau)
+
     lines += [
         "",
         "Energy F_tau(mu) = -1/(2 beta) iint e^{beta <x, y>} dmu dmu + tau int mu log mu:",
         f"  uniform state: F_tau = {show(uniform)} = {float(uniform.subs(at)):.6g}",
         f"  von Mises family rho ~ e^(kappa cos theta): F(kappa) - F(0) = {show(small)} + "
         "O(kappa^4)",
-        f"    F(0.5) - F(0) = "
-        f"{th.von_mises_energy(0.5, cfg.beta, cfg.tau) - th.von_mises_energy(0, cfg.beta, cfg.tau):.6g}",
+        f"    F(0.5) - F(0) = {vm(0.5) - vm(0.0):.6g}",
     ]
     landau = th.landau_derivation()
     a2 = landau["a2"]

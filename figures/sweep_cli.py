@@ -1,4 +1,5 @@
-"""``stagewise sweep EXPERIMENT --grid KEY=V1,V2,... [--grid ...] [--executor local|ray] [overrides]``.
+"""``stagewise sweep EXPERIMENT --grid KEY=V1,V2,... [--grid ...] [--executor local|ray]``
+(plus the experiment's own options).
 
 Seeds run as one vmapped program inside each run (the experiment's own ``--seeds``); grid points
 run in parallel worker processes, or as Ray tasks (``--executor ray [--address ADDR]``). Writes

@@ -3,7 +3,6 @@
 
 import os
 
-import jax
 import matplotlib
 
 from simulate.runtime import use_float64

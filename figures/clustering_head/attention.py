@@ -23,6 +23,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
+from simulate.clustering_head.outcomes import shown_seed
 from simulate.clustering_head.task import histograms
 from simulate.clustering_head.training import SUCCESS_ACCURACY, ClusteringSetting, run_stored
 from simulate.store import load
@@ -46,13 +47,6 @@ class AttentionConfig(FigureOptions):
 
     def training(self) -> ClusteringSetting:
         return replace(self.train, **QUICK) if self.quick else self.train
-
-
-def shown_seed(final_mass: np.ndarray, success: np.ndarray) -> int:
-    """Index of the seed drawn in (a)-(b): the successful seed with the highest final A_k, else the
-    seed with the highest final A_k."""
-    score = np.where(success, final_mass, final_mass - 10.0)
-    return int(np.argmax(score))
 
 
 def compute(cfg: AttentionConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

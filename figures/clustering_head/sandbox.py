@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Annotated
 
 import jax
-import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
@@ -38,13 +37,13 @@ from figures.clustering_head.sandbox_frame import (
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from simulate.clustering_head.model import ClusteringHead
 from simulate.clustering_head.task import draw_data, histogram_index, probe_set
 from simulate.clustering_head.training import (
     SUCCESS_ACCURACY,
     WEIGHTS,
     ClusteringSetting,
     cluster_quality,
+    model_at_epoch,
     run_stored,
 )
 from simulate.store import load
@@ -110,11 +109,6 @@ class SandboxConfig(FigureOptions):
 def animation_epochs(epochs: int, every: int) -> list[int]:
     """0, every, 2 every, ... and the last epoch."""
     return sorted({*range(0, epochs + 1, every), epochs})
-
-
-def model_at_epoch(data: xr.Dataset, epoch: int) -> ClusteringHead:
-    """The model whose weights the figure data hold at ``epoch``."""
-    return ClusteringHead(*(jnp.asarray(data[n].sel(epoch=epoch).values) for n in WEIGHTS))
 
 
 def _setting(summary: dict) -> ClusteringSetting:

@@ -26,7 +26,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from figures.core.regions import draw_regions, region_grid
-from simulate.clustering_head.model import ClusteringHead, rms_norm
+from simulate.clustering_head.model import (
+    ClusteringHead,
+    ideal_clusters,
+    read_out,
+    rms_norm,
+)
 from simulate.clustering_head.task import histogram_index, histograms
 from simulate.clustering_head.training import cluster_quality
 
@@ -74,24 +79,6 @@ class SandboxContext:
 def simplex_projection(prob: np.ndarray) -> np.ndarray:
     """Barycentric map of probability vectors (n, 3) into the plane: sum_a prob_a * corner_a."""
     return np.asarray(prob) @ SIMPLEX_CORNERS
-
-
-def ideal_clusters(model: ClusteringHead, sparsity: int, modulus: int) -> np.ndarray:
-    """§5.1: xi of an ideal clustering head, (1/k) sum_a n_a V zbar_a for every first-k histogram,
-    with zbar_a = mean_{t <= k} N(E[a] + P[t]); (histograms, d)."""
-    Z = rms_norm(model.token[:modulus, None] + model.position[None, :sparsity]).mean(1)
-    n = jnp.asarray(histograms(sparsity, modulus), Z.dtype)
-    return np.asarray(n @ Z @ model.value.T / sparsity)
-
-
-def read_out(model: ClusteringHead, xi):
-    """softmax(E h(xi)) at sequence embeddings xi (n, d): (n, V_e)."""
-    return jax.nn.softmax(jax.vmap(model.ffn)(xi) @ model.token.T)
-
-
-def class_probability(model: ClusteringHead, xi, label: int) -> np.ndarray:
-    """p(y = label | xi) of the read-out softmax(E h(xi)) at sequence embeddings xi (n, d)."""
-    return np.asarray(read_out(model, jnp.asarray(xi))[:, label])
 
 
 def _grid(points):

@@ -20,6 +20,9 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from simulate.clustering_head.task import histograms
 
 RMS_EPS = 1e-5
 """added to the RMS in the normalisation (as in the paper's code)."""
@@ -107,3 +110,21 @@ def ideal_positions(length: int, sparsity: int, dtype=jnp.float32) -> jax.Array:
 
 def parameter_count(model: ClusteringHead) -> int:
     return sum(x.size for x in jax.tree_util.tree_leaves(model))
+
+
+def ideal_clusters(model: ClusteringHead, sparsity: int, modulus: int) -> np.ndarray:
+    """§5.1: xi of an ideal clustering head, (1/k) sum_a n_a V zbar_a for every first-k histogram,
+    with zbar_a = mean_{t <= k} N(E[a] + P[t]); (histograms, d)."""
+    Z = rms_norm(model.token[:modulus, None] + model.position[None, :sparsity]).mean(1)
+    n = jnp.asarray(histograms(sparsity, modulus), Z.dtype)
+    return np.asarray(n @ Z @ model.value.T / sparsity)
+
+
+def read_out(model: ClusteringHead, xi):
+    """softmax(E h(xi)) at sequence embeddings xi (n, d): (n, V_e)."""
+    return jax.nn.softmax(jax.vmap(model.ffn)(xi) @ model.token.T)
+
+
+def class_probability(model: ClusteringHead, xi, label: int) -> np.ndarray:
+    """p(y = label | xi) of the read-out softmax(E h(xi)) at sequence embeddings xi (n, d)."""
+    return np.asarray(read_out(model, jnp.asarray(xi))[:, label])

@@ -81,3 +81,10 @@ def point_name(point: dict) -> str:
         return "default"
     value = point[point["axis"]]
     return f"{point['axis']}={value:.4g}" if point["axis"] == "lr" else f"{point['axis']}={value}"
+
+
+def shown_seed(final_mass: np.ndarray, success: np.ndarray) -> int:
+    """Index of the seed drawn in (a)-(b): the successful seed with the highest final A_k, else the
+    seed with the highest final A_k."""
+    score = np.where(success, final_mass, final_mass - 10.0)
+    return int(np.argmax(score))

@@ -39,6 +39,7 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
+import xarray as xr
 
 from simulate.clustering_head.model import ClusteringHead, ideal_positions, init_clustering_head
 from simulate.clustering_head.task import (
@@ -468,6 +469,11 @@ WEIGHTS = ("token_embedding", "position_embedding", "query", "value", "w1", "b1"
 def model_at(ds, seed: int, step: int = -1) -> ClusteringHead:
     """The model whose weights were logged at row ``step`` of seed index ``seed``."""
     return ClusteringHead(*(jnp.asarray(ds[n].values[seed, step]) for n in WEIGHTS))
+
+
+def model_at_epoch(data: xr.Dataset, epoch: int) -> ClusteringHead:
+    """The model whose weights the figure data hold at ``epoch``."""
+    return ClusteringHead(*(jnp.asarray(data[n].sel(epoch=epoch).values) for n in WEIGHTS))
 
 
 def _stored_init(cfg: ClusteringSetting):

@@ -15,12 +15,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import cast
 
 import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
+import sympy as sp
+from numpy.typing import ArrayLike
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss
 from simulate.measure.stages import midpoints
@@ -48,7 +51,7 @@ def plateau_levels(setting: HeadSetting) -> list[float]:
     """The derived plateau levels L_0..L_K of ``theory.incremental.heads`` in numbers."""
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
-    return [float(L.xreplace(vals)) for L in hs.plateau_levels()]
+    return [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()]
 
 
 def initial_logits(setting: HeadSetting, eps: np.ndarray, seeds: np.ndarray) -> jnp.ndarray:
@@ -106,6 +109,8 @@ def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: 
             event=event,
             saveat=diffrax.SaveAt(t1=True),
         )
+        # SaveAt(t1=True) always saves ts; with an event, event_mask is set (one event: a bool)
+        assert sol.ts is not None and sol.event_mask is not None
         t_hit = sol.ts[-1]
         y_hit = jax.tree_util.tree_map(lambda a: a[-1], sol.ys)
         hit = sol.event_mask
@@ -125,15 +130,15 @@ def _solve_batch(G, theta0, levels, grid, t_max, *, power, h, progress, tied):
 
 def solve(
     setting: HeadSetting,
-    eps,
-    seeds,
+    eps: ArrayLike,
+    seeds: ArrayLike,
     t_max: float,
     n_save: int = 1500,
-    targets=None,
-    levels=None,
+    targets: ArrayLike | None = None,
+    levels: ArrayLike | None = None,
     progress: bool = False,
     symmetric: bool = False,
-    theta0=None,
+    theta0: ArrayLike | None = None,
 ) -> OdeBatch:
     """Integrate a batch: ``eps``, ``seeds`` (and optionally ``targets`` G, ``levels`` plateau
     levels)

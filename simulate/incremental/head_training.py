@@ -13,11 +13,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import sympy as sp
+import xarray as xr
 
 from simulate.incremental.head_field import logit_field, loss
 from simulate.incremental.head_options import HeadSystemOptions
@@ -42,7 +45,7 @@ class HeadTrainConfig(HeadSystemOptions, RunOptions):
     lr: float = 0.005
     """learning rate = Euler step in ODE time units (> 0)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         HeadSystemOptions.__post_init__(self)
         RunOptions.__post_init__(self)
         require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
@@ -92,7 +95,7 @@ def problem(cfg: HeadTrainConfig) -> Problem:
     return Problem(init, loss_and_direction, observe, dims, coords)
 
 
-def optimizer(cfg: HeadTrainConfig):
+def optimizer(cfg: HeadTrainConfig) -> optax.GradientTransformation:
     if cfg.optimizer == "sgd":
         return optax.sgd(cfg.lr)
     if cfg.optimizer == "momentum":
@@ -100,13 +103,13 @@ def optimizer(cfg: HeadTrainConfig):
     return optax.adam(cfg.lr)
 
 
-def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
+def stage_summary(cfg: HeadTrainConfig, ds: xr.Dataset) -> dict:
     """Measured stage steps (stage 1: lead-block mass 1/2; later: loss midpoints of the derived
     plateau levels) beside the theory's predictions in steps (sgd: t / lr)."""
     setting = cfg.setting()
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
-    levels = [float(L.xreplace(vals)) for L in hs.plateau_levels()]
+    levels = [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()]
     lead = hs.ladder()[0]
     steps = ds["step"].values.astype(float)
     loss_ = ds["loss"].values
@@ -119,7 +122,8 @@ def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
     measured = np.array(measured)
     if cfg.optimizer == "sgd":
         preds = predict_stages(setting, cfg.noise, t1=lumped_escape_time(setting, lead))
-        predicted = [p.time / cfg.lr for p in preds]
+        # time None: stage not derived for this setting (non-singleton blocks)
+        predicted: list[float | None] = [None if p.time is None else p.time / cfg.lr for p in preds]
     else:
         predicted = [None] * measured.shape[1]
     stages = []
@@ -127,14 +131,15 @@ def stage_summary(cfg: HeadTrainConfig, ds) -> dict:
         mean = (
             float(np.nanmean(measured[:, k])) if np.any(np.isfinite(measured[:, k])) else math.nan
         )
+        pred = predicted[k]
         stages.append(
             {
                 "stage": k + 1,
                 "plateau_derived": levels[k + 1],
-                "predicted_step": predicted[k],
+                "predicted_step": pred,
                 "measured_step": mean,
                 "measured_step_per_seed": measured[:, k],
-                "measured_over_predicted": mean / predicted[k] if predicted[k] else None,
+                "measured_over_predicted": mean / pred if pred else None,
             }
         )
     return {

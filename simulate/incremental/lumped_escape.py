@@ -51,4 +51,5 @@ def lumped_escape_time(setting: HeadSetting, lead: int = 0, t_max: float = 1e6) 
         event=event,
         max_steps=100_000,
     )
+    assert sol.ts is not None  # the default SaveAt(t1=True) saves the final time
     return float(sol.ts[-1]) if bool(sol.event_mask) else float("inf")

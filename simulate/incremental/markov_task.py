@@ -38,10 +38,11 @@ class MarkovSetting:
     """Gram-Schmidt the Q_k in the Frobenius inner product (tr Q_i^T Q_j = 0), as in the
     authors' head-dynamics figure."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         require(self.vocab >= 2, "vocab", self.vocab, "an integer >= 2")
+        blocks = self.blocks  # a local: pyright would narrow self.blocks to () after len() >= 1
         require(
-            len(self.blocks) >= 1 and all(b >= 1 for b in self.blocks),
+            len(blocks) >= 1 and all(b >= 1 for b in blocks),
             "blocks",
             self.blocks,
             "one or more block sizes >= 1",
@@ -88,7 +89,7 @@ class MarkovSetting:
         return W
 
 
-def teacher(setting: MarkovSetting, key) -> jnp.ndarray:
+def teacher(setting: MarkovSetting, key: jax.Array) -> jnp.ndarray:
     """A* (h x d x d): c_k times an independent random orthogonal matrix (optionally made
     Frobenius-orthogonal across blocks)."""
 
@@ -113,7 +114,9 @@ def _frobenius_gram_schmidt(Q):
     return jnp.stack(out)
 
 
-def context_logits(setting: MarkovSetting, A, context, blocks: int | None = None):
+def context_logits(
+    setting: MarkovSetting, A: jax.Array, context: jax.Array, blocks: int | None = None
+) -> jax.Array:
     """Teacher logits l/tau for contexts ``context`` (..., w) of tokens ordered x_{t-1}..x_{t-w},
     keeping the ``blocks`` most important blocks (all by default): the truncated teacher."""
     W = jnp.asarray(setting.lag_weights())
@@ -125,7 +128,7 @@ def context_logits(setting: MarkovSetting, A, context, blocks: int | None = None
     return jnp.einsum("kad,...kd->...a", A, per_block) / setting.tau  # A_k x: column of A_k
 
 
-def sample_sequences(setting: MarkovSetting, A, key, n: int) -> jnp.ndarray:
+def sample_sequences(setting: MarkovSetting, A: jax.Array, key: jax.Array, n: int) -> jnp.ndarray:
     """n sequences (n x (w + generated)) of token ids."""
     k_prefix, k_gen = jax.random.split(key)
     prefix = jax.random.randint(k_prefix, (n, setting.window), 0, setting.vocab)
@@ -139,19 +142,21 @@ def sample_sequences(setting: MarkovSetting, A, key, n: int) -> jnp.ndarray:
     return jnp.concatenate([prefix, tokens.T], axis=1)
 
 
-def contexts(setting: MarkovSetting, sequences) -> jnp.ndarray:
+def contexts(setting: MarkovSetting, sequences: jax.Array) -> jnp.ndarray:
     """(n, generated, w) contexts x_{t-1}..x_{t-w} of every generated position."""
     w = setting.window
     idx = w + np.arange(setting.generated)[:, None] - 1 - np.arange(w)[None, :]
     return sequences[:, idx]
 
 
-def teacher_log_probs(setting: MarkovSetting, A, sequences, blocks: int | None = None):
+def teacher_log_probs(
+    setting: MarkovSetting, A: jax.Array, sequences: jax.Array, blocks: int | None = None
+) -> jax.Array:
     """log p(. | context) of the (truncated) teacher at each generated position: (n, gen, d)."""
     return jax.nn.log_softmax(context_logits(setting, A, contexts(setting, sequences), blocks))
 
 
-def bayes_loss(setting: MarkovSetting, A, sequences) -> jnp.ndarray:
+def bayes_loss(setting: MarkovSetting, A: jax.Array, sequences: jax.Array) -> jnp.ndarray:
     """Mean teacher cross-entropy on the generated tokens (Monte Carlo estimate of the
     conditional entropy, the loss floor)."""
     logp = teacher_log_probs(setting, A, sequences)

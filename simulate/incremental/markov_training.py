@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
@@ -29,6 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import xarray as xr
+from jax.typing import DTypeLike
+from numpy.typing import ArrayLike
 
 from simulate.incremental.full_transformer import MAX_LENGTH, WIDTH, FullTransformer
 from simulate.incremental.markov_task import (
@@ -37,7 +41,7 @@ from simulate.incremental.markov_task import (
     teacher,
     teacher_log_probs,
 )
-from simulate.incremental.minimal_transformer import init_minimal
+from simulate.incremental.minimal_transformer import MinimalTransformer, init_minimal
 from simulate.runner import RunOptions, RunOutput, run_experiment
 from simulate.store import RunStore, jsonable, read_summary
 from simulate.train import Problem, TrainResult
@@ -110,7 +114,7 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     seeds: int = 1
     """training seeds (initialisation and data order), vmapped."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         MarkovSetting.__post_init__(self)
         RunOptions.__post_init__(self)
         # a resumed config comes back from JSON with strings
@@ -223,7 +227,7 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
         return PLAIN_LR[self.optimizer]
 
     @property
-    def dtype(self):
+    def dtype(self) -> DTypeLike:
         if self.precision == "auto":
             tiny = self.query_scale is not None and 0 < self.query_scale < FLOAT64_BELOW
             return jnp.float64 if tiny else jnp.float32
@@ -234,7 +238,7 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
         return self.batch if self.train_size is None else min(self.batch, self.train_size)
 
 
-def build_model(cfg: MarkovTrainConfig, key):
+def build_model(cfg: MarkovTrainConfig, key: jax.Array) -> MinimalTransformer | FullTransformer:
     """The initial model of ``cfg`` (parameters in ``cfg.dtype``)."""
     if cfg.model == "minimal":
         return init_minimal(
@@ -258,7 +262,7 @@ def build_model(cfg: MarkovTrainConfig, key):
     )
 
 
-def optimizer(cfg: MarkovTrainConfig):
+def optimizer(cfg: MarkovTrainConfig) -> optax.GradientTransformation:
     lr = cfg.learning_rate
     if cfg.optimizer == "adamw":
         return optax.chain(
@@ -313,7 +317,12 @@ def _kl(ref, logp):
     return jnp.mean(jnp.sum(jnp.exp(ref) * (ref - logp[None]), axis=-1), axis=(1, 2))
 
 
-def log_probs(model, task: MarkovSetting, seqs, key=None):
+def log_probs(
+    model: Callable[..., jax.Array],
+    task: MarkovSetting,
+    seqs: jax.Array,
+    key: jax.Array | None = None,
+) -> jax.Array:
     """log p_model(. | x_{<t}) at the generated positions: (n, generated, d)."""
     keys = None if key is None else jax.random.split(key, seqs.shape[0])
     logits = jax.vmap(lambda s, k: model(s, key=k))(seqs[:, :-1], keys)
@@ -329,7 +338,7 @@ def _references(task: MarkovSetting, A, seqs):
     return jnp.stack([teacher_log_probs(task, A, seqs, k) for k in range(1, task.h + 1)])
 
 
-def yardstick_losses(task: MarkovSetting, A, sequences) -> np.ndarray:
+def yardstick_losses(task: MarkovSetting, A: jax.Array, sequences: jax.Array) -> np.ndarray:
     """Validation loss of uniform prediction (ln d) and of each truncated teacher A*_{1:k}."""
     targets = sequences[:, task.window :]
     return np.array(
@@ -354,7 +363,7 @@ def lag_blocks(task: MarkovSetting) -> np.ndarray:
     return M
 
 
-def head_asymmetry(queries) -> jax.Array:
+def head_asymmetry(queries: jax.Array) -> jax.Array:
     """max_{h,h'} ||W_Q^h - W_Q^h'||_F of per-head query weights (H, ...)."""
     diff = queries[:, None] - queries[None]
     return jnp.sqrt(jnp.max(jnp.sum(diff**2, axis=tuple(range(2, diff.ndim)))))
@@ -375,7 +384,7 @@ def stored_config(path: Path) -> MarkovTrainConfig:
     return MarkovTrainConfig(**values)
 
 
-def load_baseline(path: Path):
+def load_baseline(path: Path) -> tuple[int | None, Any]:
     """(c, model) of a stored c-gram baseline: its seed-0 parameters at the last checkpoint."""
     bcfg = stored_config(path)
     shapes = jax.eval_shape(lambda k: build_model(bcfg, k), jax.random.PRNGKey(0))
@@ -413,6 +422,7 @@ def problem(cfg: MarkovTrainConfig, data: MarkovData | None = None) -> Problem:
     def draw(key):
         if data.train is None:
             return sample_sequences(task, data.A, key, cfg.batch)
+        assert cfg.train_size is not None  # a training set is drawn only when train_size is set
         pick = jax.random.choice(key, cfg.train_size, (cfg.minibatch,), replace=False)
         return data.train[pick]
 
@@ -487,8 +497,9 @@ SPLIT_RULE = (
 EARLY_STOPPING_RULE = "best step: argmin of val_loss over the logged rows (early stopping)"
 
 
-def ladder_steps(steps, kl) -> list[float]:
+def ladder_steps(steps: ArrayLike, kl: ArrayLike) -> list[float]:
     """Per ``LADDER_RULE``, for k = 2..h; nan when class k is never reached for good."""
+    steps, kl = np.asarray(steps), np.asarray(kl)
     closest = np.argmin(kl, axis=-1) + 1
     out = []
     for k in range(2, kl.shape[-1] + 1):
@@ -498,8 +509,9 @@ def ladder_steps(steps, kl) -> list[float]:
     return out
 
 
-def split_step(steps, block_mass) -> float:
+def split_step(steps: ArrayLike, block_mass: ArrayLike) -> float:
     """Per ``SPLIT_RULE``; ``block_mass`` is (step, head, block) or (step, layer, head, block)."""
+    steps, block_mass = np.asarray(steps), np.asarray(block_mass)
     if block_mass.ndim == 4:
         block_mass = block_mass[:, 0]
     spread = np.max(block_mass, axis=1) - np.min(block_mass, axis=1)
@@ -507,7 +519,7 @@ def split_step(steps, block_mass) -> float:
     return float(steps[hit[0]]) if hit.size else float("nan")
 
 
-def summarize(cfg: MarkovTrainConfig, data: MarkovData, ds) -> dict:
+def summarize(cfg: MarkovTrainConfig, data: MarkovData, ds: xr.Dataset) -> dict:
     """summary.json entries of a run: yardsticks, ladder, head split, early stopping."""
     task = data.task
     yard = yardstick_losses(task, data.A, data.validation)

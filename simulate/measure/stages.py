@@ -9,20 +9,22 @@ crossings exactly with events (``simulate.incremental.head_ode``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 RULE = "first time the loss falls below (L_{k-1} + L_k)/2, L_k the derived plateau levels"
 STAGE1_EVENT = "head-averaged attention mass on the lead block = 1/2"
 """The event the stage-1 prediction is about (the escape from uniform attention)."""
 
 
-def midpoints(levels) -> np.ndarray:
+def midpoints(levels: ArrayLike) -> np.ndarray:
     levels = np.asarray(levels, dtype=float)
     return 0.5 * (levels[:-1] + levels[1:])
 
 
-def first_crossing(ts, values, threshold: float) -> float:
+def first_crossing(ts: ArrayLike, values: ArrayLike, threshold: float) -> float:
     """First time ``values`` falls below ``threshold`` (nan if never), log-linear interpolation."""
     ts, values = np.asarray(ts, float), np.asarray(values, float)
     below = np.nonzero(values < threshold)[0]
@@ -38,24 +40,24 @@ def first_crossing(ts, values, threshold: float) -> float:
     return float(t0 + w * (t1 - t0))
 
 
-def stage_times(ts, loss, levels) -> np.ndarray:
+def stage_times(ts: ArrayLike, loss: ArrayLike, levels: ArrayLike) -> np.ndarray:
     """Measured stage times for one trajectory: one per consecutive pair of plateau levels."""
     return np.array([first_crossing(ts, loss, c) for c in midpoints(levels)])
 
 
-def first_rise(ts, values, threshold: float) -> float:
+def first_rise(ts: ArrayLike, values: ArrayLike, threshold: float) -> float:
     """First time ``values`` rises above ``threshold`` (nan if never)."""
     return first_crossing(ts, -np.asarray(values, float), -threshold)
 
 
-def lead_mass_time(ts, attention, lags) -> float:
+def lead_mass_time(ts: ArrayLike, attention: ArrayLike, lags: Iterable[int]) -> float:
     """``STAGE1_EVENT``: first time the head-averaged attention mass on ``lags`` reaches 1/2;
     ``attention`` has shape (time, head, lag)."""
     mass = np.asarray(attention)[:, :, list(lags)].sum(-1).mean(-1)
     return first_rise(ts, mass, 0.5)
 
 
-def measured_plateaus(ts, loss, crossings) -> list[float]:
+def measured_plateaus(ts: ArrayLike, loss: ArrayLike, crossings: Iterable[float]) -> list[float]:
     """Loss where its log-time slope is smallest between consecutive stage crossings (the last
     plateau runs to the end of the trajectory); nan where a bracketing crossing is missing."""
     ts, loss = np.asarray(ts, float), np.asarray(loss, float)

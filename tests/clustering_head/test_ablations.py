@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from figures.cli import main
-from figures.clustering_head.ablations import FIGURE_ID, QUICK
+from figures.clustering_head.ablations import FIGURE, QUICK
 from simulate.clustering_head.outcomes import PAPER, learning_rates
 from simulate.store import read_summary
 
 
 def test_bad_input_fails_with_exit_code_2(tmp_path, capsys):
-    code = main(["figure", FIGURE_ID, "--lr-min", "-1", "--quiet", "--out", str(tmp_path)])
+    code = main(["figure", FIGURE.id, "--lr-min", "-1", "--quiet", "--out", str(tmp_path)])
     assert code == 2
     assert "lr_min" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
@@ -20,9 +20,9 @@ def test_bad_input_fails_with_exit_code_2(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_quick_figure_reports_a_success_rate_for_every_point(tmp_path):
-    assert main(["figure", FIGURE_ID, "--quick", "--quiet", "--out", str(tmp_path)]) == 0
-    out = tmp_path / FIGURE_ID
-    assert (out / f"{FIGURE_ID}.png").exists()
+    assert main(["figure", FIGURE.id, "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    out = tmp_path / FIGURE.id
+    assert (out / f"{FIGURE.id}.png").exists()
     summary = read_summary(out)
     seeds = QUICK["seeds"]
     assert summary["seeds"] == summary["default_seeds"] == seeds

@@ -17,17 +17,27 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from figures.cli import main
-from figures.clustering_head.sandbox import FIGURE_ID, animate, animation_epochs, model_at_epoch
+from figures.clustering_head.sandbox import FIGURE, animate, animation_epochs
 from figures.clustering_head.sandbox_frame import (
     SIMPLEX_CORNERS,
     SandboxContext,
     draw_frame,
-    ideal_clusters,
     simplex_projection,
 )
-from simulate.clustering_head.model import ClusteringHead, ideal_positions, init_clustering_head
+from simulate.clustering_head.model import (
+    ClusteringHead,
+    ideal_clusters,
+    ideal_positions,
+    init_clustering_head,
+)
 from simulate.clustering_head.task import draw_data, histogram_index, histograms, probe_set
-from simulate.clustering_head.training import WEIGHTS, ClusteringConfig, cluster_quality, model_at
+from simulate.clustering_head.training import (
+    WEIGHTS,
+    ClusteringConfig,
+    cluster_quality,
+    model_at,
+    model_at_epoch,
+)
 from simulate.clustering_head.training import run as train_run
 from simulate.runner import RunOutput
 from simulate.store import load, read_summary
@@ -171,7 +181,7 @@ def test_animation_writes_one_gif_frame_per_epoch(tmp_path):
         "data_seed": 0,
     }
     paths = animate(data, summary, tmp_path, fps=4, dpi=25, quiet=True)
-    gif = tmp_path / f"{FIGURE_ID}.gif"
+    gif = tmp_path / f"{FIGURE.id}.gif"
     assert gif in paths
     with Image.open(gif) as im:
         assert im.n_frames == len(epochs)
@@ -181,23 +191,23 @@ def test_animation_writes_one_gif_frame_per_epoch(tmp_path):
     "argv", [["--animation-every", "0"], ["--frames", "0", "5000"], ["--animation-dpi", "5"]]
 )
 def test_bad_sandbox_input_fails_cleanly(tmp_path, argv, capsys):
-    assert main(["figure", FIGURE_ID, "--quiet", "--out", str(tmp_path), *argv]) == 2
+    assert main(["figure", FIGURE.id, "--quiet", "--out", str(tmp_path), *argv]) == 2
     assert capsys.readouterr().err.startswith("stagewise: error:")
 
 
 @pytest.fixture(scope="module")
 def quick_sandbox(tmp_path_factory):
     out = tmp_path_factory.mktemp("sandbox")
-    assert main(["figure", FIGURE_ID, "--quick", "--quiet", "--out", str(out)]) == 0
-    return out / FIGURE_ID
+    assert main(["figure", FIGURE.id, "--quick", "--quiet", "--out", str(out)]) == 0
+    return out / FIGURE.id
 
 
 @pytest.mark.slow
 def test_quick_sandbox_writes_the_frames_and_the_animation(quick_sandbox):
     summary = read_summary(quick_sandbox)
-    assert (quick_sandbox / f"{FIGURE_ID}.png").exists()
+    assert (quick_sandbox / f"{FIGURE.id}.png").exists()
     assert summary["frames"] == [0, 10, 100, 200]
-    with Image.open(quick_sandbox / f"{FIGURE_ID}.gif") as im:
+    with Image.open(quick_sandbox / f"{FIGURE.id}.gif") as im:
         assert im.n_frames > 1 and im.n_frames == len(summary["animation_epochs"])
     # the shown seed learns, and its sequence embeddings collapse onto first-k histogram clusters
     assert summary["success"]
@@ -209,10 +219,10 @@ def test_quick_sandbox_writes_the_frames_and_the_animation(quick_sandbox):
 def test_sandbox_replot_redraws_the_animation_from_the_store(quick_sandbox, monkeypatch):
     import figures.clustering_head.sandbox as module
 
-    gif = quick_sandbox / f"{FIGURE_ID}.gif"
+    gif = quick_sandbox / f"{FIGURE.id}.gif"
     gif.unlink()
     monkeypatch.setattr(module, "compute", lambda cfg: pytest.fail("replot recomputed"))
-    assert main(["figure", FIGURE_ID, "--replot", "--quiet", "--out", str(quick_sandbox)]) == 0
+    assert main(["figure", FIGURE.id, "--replot", "--quiet", "--out", str(quick_sandbox)]) == 0
     summary = read_summary(quick_sandbox)
     with Image.open(gif) as im:
         assert im.n_frames == len(summary["animation_epochs"])

@@ -294,7 +294,7 @@ def test_sequences_enumeration_order_is_lexicographic():
 
 
 def test_shown_seed_prefers_successful_seeds():
-    from figures.clustering_head.attention import shown_seed
+    from simulate.clustering_head.outcomes import shown_seed
 
     assert shown_seed(np.array([0.9, 0.5, 0.6]), np.array([False, True, True])) == 2
     assert shown_seed(np.array([0.9, 0.5, 0.6]), np.array([False, False, False])) == 0
@@ -377,7 +377,7 @@ def test_fine_tuning_starts_each_seed_from_its_stored_final_weights(tmp_path):
 
 
 def test_class_probability_is_the_read_out_softmax():
-    from figures.clustering_head.sandbox_frame import class_probability
+    from simulate.clustering_head.model import class_probability
 
     model = init_clustering_head(jax.random.PRNGKey(0))
     x = jnp.zeros(12, jnp.int32)

@@ -17,8 +17,10 @@ polynomial; the simplex constraint ``sum_i s_{k,i} = 1`` is declared as a linear
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 import sympy as sp
@@ -49,7 +51,7 @@ class HeadSetting:
     metric: str = "replicator"
     """'replicator' (theta' = R^T v, Variant A) or 'logit' (theta' = J(s) R^T v, Variant B)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         require(
             isinstance(self.heads, int) and self.heads >= 1, "heads", self.heads, "an integer >= 1"
         )
@@ -129,7 +131,7 @@ class HeadSystem:
     """The reduced head system in symbols: importances ``m_j`` and weights ``alpha_i`` stay
     symbolic; the shape (H, blocks, T) is that of ``setting``."""
 
-    def __init__(self, setting: HeadSetting):
+    def __init__(self, setting: HeadSetting) -> None:
         self.setting = setting
         H, h, T = setting.heads, setting.h, setting.window
         nb = sum(setting.blocks)
@@ -154,11 +156,13 @@ class HeadSystem:
     @cached_property
     def loss(self) -> sp.Expr:
         R = self.residual()
-        return sp.Rational(1, 2) * sum(r**2 for r in R)
+        # sympy types matrix entries as ``MatrixElement | list``; R's entries are expressions
+        return sp.Rational(1, 2) * sum(cast(sp.Expr, r) ** 2 for r in R)
 
     @property
     def state(self) -> tuple[sp.Symbol, ...]:
-        return tuple(self.v) + tuple(self.s)
+        # sympy matrices iterate (row-major) through __getitem__; their entries here are symbols
+        return tuple(cast(Iterable[sp.Symbol], self.v)) + tuple(cast(Iterable[sp.Symbol], self.s))
 
     def flow(self, metric: str | None = None) -> GradientFlow:
         """The gradient flow in (v, s) coordinates under the replicator or the logit metric."""
@@ -197,8 +201,8 @@ class HeadSystem:
             n_j = assignment.count(j)
             mass = sum(self.alpha[i] for i in st.lags(j))
             for i in st.lags(j):
-                point[self.s[k, i]] = self.alpha[i] / mass
-            point[self.v[k, j]] = self.m[j] * mass / n_j
+                point[cast(sp.Symbol, self.s[k, i])] = self.alpha[i] / mass
+            point[cast(sp.Symbol, self.v[k, j])] = self.m[j] * mass / n_j
         return point
 
     def symmetric_fixed_points(self) -> list[tuple[int, dict]]:
@@ -206,14 +210,17 @@ class HeadSystem:
         return [(j, self.clustered_point((j,) * self.setting.heads)) for j in range(self.setting.h)]
 
     def loss_at(self, point: dict) -> sp.Expr:
-        return sp.simplify(self.loss.xreplace(point))
+        return cast(sp.Expr, sp.simplify(self.loss.xreplace(point)))
 
     def ladder(self) -> tuple[int, ...]:
         """Blocks in the order they are learned: by the loss of the symmetric fixed point on each
         block, lowest first (blockwise Cauchy-Schwarz, spec §5.3: j* = argmax m_j
         ||alpha_I(j)||)."""
         vals = self.parameter_values()
-        levels = [float(self.loss_at(p).xreplace(vals)) for _, p in self.symmetric_fixed_points()]
+        levels = [
+            float(cast(sp.Expr, self.loss_at(p).xreplace(vals)))
+            for _, p in self.symmetric_fixed_points()
+        ]
         return tuple(int(j) for j in np.argsort(levels, kind="stable"))
 
     def stage_point(self, k: int) -> dict:
@@ -269,7 +276,8 @@ class HeadSystem:
         jac = field_jacobian(
             self.setting.target(), v, s, METRIC_POWER[metric or self.setting.metric]
         )
-        B = tangent_basis(*v.shape, s.shape[1])
+        H, h = v.shape
+        B = tangent_basis(H, h, s.shape[1])
         return np.linalg.eigvals(B.T @ jac @ B)
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import sympy as sp
 
@@ -44,7 +45,7 @@ u_sym = sp.Symbol("u", real=True)
 H_sym, m1_sym, a_sym = sp.symbols("H m_1 a", positive=True)
 
 
-def _lumped_metric(f_in, f_out, metric: str):
+def _lumped_metric(f_in: sp.Expr, f_out: sp.Expr, metric: str) -> tuple[sp.Expr, sp.Expr]:
     """J(s)^n f on vectors constant on the lead block (mass p over b lags) and on the other
     T - b lags (mass 1 - p shared equally)."""
     b, T, p = b_sym, T_sym, p_sym
@@ -59,7 +60,7 @@ def lumped_mass_rate(metric: str) -> sp.Expr:
     """g(p) with ``p' = g(p) Delta``: J(s)^n applied to a drive Delta on a block of b lags, the
     other T - b lags sharing the remaining mass equally."""
     f_in, _ = _lumped_metric(sp.Integer(1), sp.Integer(0), metric)
-    return sp.factor(sp.simplify(b_sym * f_in))
+    return cast(sp.Expr, sp.factor(sp.simplify(b_sym * f_in)))
 
 
 def lumped_symmetric_field(metric: str) -> tuple[sp.Expr, sp.Expr]:
@@ -120,9 +121,10 @@ def vertex_decay_coefficient(group: int, m_lead: float, m_off: float) -> float:
     v = G * s / (group * (s.T * s)[0])
     point = {**hs.parameter_values()}
     for k in range(group):
-        point.update({hs.s[k, 0]: s[0], hs.s[k, 1]: s[1]})
-        point.update({hs.v[k, j]: v[j] for j in range(2)})
-    ds = hs.flow("replicator").field[group * 2 + 1].xreplace(point)
+        # sympy types matrix entries as ``MatrixElement | list``; these are symbols / expressions
+        point.update({cast(sp.Symbol, hs.s[k, 0]): s[0], cast(sp.Symbol, hs.s[k, 1]): s[1]})
+        point.update({cast(sp.Symbol, hs.v[k, j]): v[j] for j in range(2)})
+    ds = cast(sp.Expr, hs.flow("replicator").field[group * 2 + 1]).xreplace(point)
     series = sp.series(sp.simplify(ds), x, 0, 3).removeO()
     assert sp.simplify(series.coeff(x, 1)) == 0
     return float(series.coeff(x, 2))
@@ -153,7 +155,7 @@ def predict_stages(
     closed-form early-time solution."""
     hs = HeadSystem(setting)
     vals = hs.parameter_values()
-    levels = [float(L.xreplace(vals)) for L in hs.plateau_levels()]
+    levels = [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()]
     ladder = hs.ladder()
     T, H = setting.window, setting.heads
     mt = [
