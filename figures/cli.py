@@ -92,9 +92,9 @@ class ListCommand:
 class SweepOptions:
     """A parameter grid over an experiment (seeds vmapped inside each run)."""
 
-    grid: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
-    """KEY=V1,V2,...: a config field and its values; repeat --grid for more fields (the
-    cartesian product of all items is run)."""
+    grid: Annotated[tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction] = ()
+    """KEY=V1,V2,...: a config field and its values; several items after one --grid, or --grid
+    repeated (all items merge; the cartesian product of all items is run)."""
     executor: Literal["local", "ray"] = "local"
     """local: parallel worker processes; ray: Ray tasks (needs stagewise[ray])."""
     address: str | None = None

@@ -18,12 +18,17 @@ from simulate.sweep import ordered_dims, parse_grid, point_configs, run_sweep, s
 from theory.validation import ConfigError, require
 
 
+def grid_items(options) -> list[str]:
+    """Every KEY=V1,V2 item of ``--grid``, whether given after one flag or several."""
+    return [item for items in options.grid for item in items]
+
+
 def sweep(experiment: Experiment, base, options) -> int:
     """Run ``experiment`` from ``base`` over the grid of ``options`` (a ``SweepOptions``)."""
     if not options.grid:
         raise ConfigError("grid", None, "required: --grid KEY=V1,V2,... (one or more items)")
     require(options.workers >= 1, "workers", options.workers, "an integer >= 1")
-    grid = parse_grid(list(options.grid), experiment.config)
+    grid = parse_grid(grid_items(options), experiment.config)
     out = options.out or Path("runs") / f"sweep-{experiment.name}"
     point_configs(base, grid, out)  # every point validated before anything runs
     ds = run_sweep(

@@ -127,7 +127,10 @@ def _chunk_program(
         params, opt_state, key, step, bad, bad_kind = carry
         key, sub = jax.random.split(key)
         loss, g = problem.loss_and_direction(params, sub)
-        updates, opt_state = optimizer.update(g, opt_state, params)
+        # optax's Adam bias correction computes python-float ** int32 count, which strict dtype
+        # promotion rejects; the third-party update is traced under standard promotion.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(g, opt_state, params)
         params = optax.apply_updates(params, updates)
         loss_ok, params_ok = jnp.isfinite(loss), _all_finite(params)
         first = (bad < 0) & ~(loss_ok & params_ok)

@@ -1,13 +1,17 @@
 """Process settings of the test suite, made here rather than by importing a package
-(ARCHITECTURE §4): float64 for theory checks and ODEs, a non-interactive matplotlib."""
+(ARCHITECTURE §4): float64 for theory checks and ODEs, strict dtype promotion (as diffrax's
+tests do: an implicit mix of dtypes is an error, not a silent up- or down-cast), and a
+non-interactive matplotlib."""
 
 import os
 
+import jax
 import matplotlib
 
 from simulate.runtime import use_float64
 
 use_float64()
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 matplotlib.use("Agg")
 
 # A local Ray instance started by the sweep tests binds to loopback only (Ray's single-machine

@@ -117,3 +117,19 @@ def test_list_shows_figures_comparisons_experiments_and_derivations(capsys):
 def test_replot_needs_a_stored_run(tmp_path, capsys):
     assert main(["figure", "incremental-ode", "--replot", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("stagewise: error: replot = ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--grid", "lr=0.004", "--grid", "m=1.7,1.9"],
+        ["--grid", "lr=0.004", "m=1.7,1.9"],
+    ],
+)
+def test_sweep_grid_items_merge_whether_repeated_or_listed(argv):
+    import tyro
+
+    from figures.cli import SweepOptions
+    from figures.sweep_cli import grid_items
+
+    assert grid_items(tyro.cli(SweepOptions, args=argv)) == ["lr=0.004", "m=1.7,1.9"]

@@ -58,3 +58,21 @@ def format_table(header: list[str], rows: list[list]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+STAGE_COLUMNS = {
+    "stage": "stage",
+    "level_predicted": "level pred",
+    "level_measured": "level meas",
+    "start_predicted": "start pred (t)",
+    "start_measured": "start meas (t)",
+    "ratio": "meas/pred",
+    "ratio_min": "min",
+    "ratio_max": "max",
+}
+"""the columns of a predicted-vs-measured stage table: summary key -> header."""
+
+
+def stage_table(rows: list[dict]) -> str:
+    """The predicted-vs-measured stage table of a comparison (one row per stage)."""
+    return format_table(list(STAGE_COLUMNS.values()), [[r[k] for k in STAGE_COLUMNS] for r in rows])

@@ -28,7 +28,7 @@ import xarray as xr
 from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
-from figures.core.output import format_table
+from figures.core.output import stage_table
 from figures.focus_dilution.common import STAGES
 from simulate.focus_dilution import training
 from simulate.focus_dilution.flow import initial_parameters, solve_flow
@@ -239,34 +239,6 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     return data, summary
 
 
-def _table(rows: list[dict]) -> str:
-    return format_table(
-        [
-            "stage",
-            "level pred",
-            "level meas",
-            "start pred (t)",
-            "start meas (t)",
-            "meas/pred",
-            "min",
-            "max",
-        ],
-        [
-            [
-                r["stage"],
-                r["level_predicted"],
-                r["level_measured"],
-                r["start_predicted"],
-                r["start_measured"],
-                r["ratio"],
-                r["ratio_min"],
-                r["ratio_max"],
-            ]
-            for r in rows
-        ],
-    )
-
-
 def report(summary: dict) -> str:
     s = summary["setting"]
     gd = summary["finite_gd"]
@@ -278,13 +250,13 @@ def report(summary: dict) -> str:
     cfg_gd, cfg_adam = gd["config"], adam["config"]
     lines = [
         f"Population gradient flow, pi = {s['pi']}, eps = {s['eps']}, seeds {s['seeds']}",
-        _table(summary["population_flow"]["rows"]),
+        stage_table(summary["population_flow"]["rows"]),
         "",
         (
             f"Finite-sample model, full-batch GD (context {cfg_gd['context']}, "
             f"{cfg_gd['train_size']} sequences, lr {cfg_gd['lr']}; time = steps x lr)"
         ),
-        _table(gd["rows"]),
+        stage_table(gd["rows"]),
         f"finite / population flow from the same init, per stage: {same_init}",
         "",
         (

@@ -23,7 +23,7 @@ import xarray as xr
 
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
-from figures.core.output import format_table
+from figures.core.output import stage_table
 from figures.incremental import compare_cross_entropy, compare_regression
 from simulate.incremental.regression_training import RegressionConfig
 from simulate.runner import Seeds
@@ -76,33 +76,7 @@ def report(summary: dict) -> str:
     ):
         part = summary[f"regression_{attention}"]
         out.append(f"Regression variant, gradient flow, {title}; {part['time_map']}")
-        out.append(
-            format_table(
-                [
-                    "stage",
-                    "level pred",
-                    "level meas",
-                    "start pred (t)",
-                    "start meas (t)",
-                    "meas/pred",
-                    "min",
-                    "max",
-                ],
-                [
-                    [
-                        r["stage"],
-                        r["level_predicted"],
-                        r["level_measured"],
-                        r["start_predicted"],
-                        r["start_measured"],
-                        r["ratio"],
-                        r["ratio_min"],
-                        r["ratio_max"],
-                    ]
-                    for r in part["rows"]
-                ],
-            )
-        )
+        out.append(stage_table(part["rows"]))
         out.append(
             f"assumption checks: max content-logit RMS {part['max_content_logit_rms']:.3g}, "
             f"max value off-span {part['max_value_off_span']:.3g}, "

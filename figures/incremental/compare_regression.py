@@ -105,7 +105,7 @@ def compare(cfg: RegressionConfig, output: RunOutput, label: str) -> tuple[xr.Da
         "max_value_position_norm": float(ds["value_position_norm"].max()),
         "ode_compile_seconds": ode.compile_seconds,
         "ode_run_seconds": ode.run_seconds,
-        "run": str(cfg.out),
+        "run": str(output.out),
     }
     return data, summary
 

@@ -51,7 +51,8 @@ class ClusteringHead(eqx.Module):
 
     def normalised(self, x):
         """Z_t = N(E[x_t] + P[t]) for one sequence x of shape (L,): (L, d)."""
-        return rms_norm(self.token[x] + self.position)
+        dtype = np.promote_types(self.token.dtype, self.position.dtype)  # one dtype when mixed
+        return rms_norm(self.token[x].astype(dtype) + self.position.astype(dtype))
 
     def attention(self, x):
         """a_t = softmax_t(q^T Z_t / sqrt d): (L,)."""
@@ -115,7 +116,10 @@ def parameter_count(model: ClusteringHead) -> int:
 def ideal_clusters(model: ClusteringHead, sparsity: int, modulus: int) -> np.ndarray:
     """§5.1: xi of an ideal clustering head, (1/k) sum_a n_a V zbar_a for every first-k histogram,
     with zbar_a = mean_{t <= k} N(E[a] + P[t]); (histograms, d)."""
-    Z = rms_norm(model.token[:modulus, None] + model.position[None, :sparsity]).mean(1)
+    dtype = np.promote_types(model.token.dtype, model.position.dtype)
+    Z = rms_norm(
+        model.token[:modulus, None].astype(dtype) + model.position[None, :sparsity].astype(dtype)
+    ).mean(1)
     n = jnp.asarray(histograms(sparsity, modulus), Z.dtype)
     return np.asarray(n @ Z @ model.value.T / sparsity)
 

@@ -277,10 +277,10 @@ def cluster_quality(points, groups, n_groups: int | None = None):
         jax.ops.segment_sum(jnp.linalg.norm(points - centroids[groups], axis=-1), groups, n_groups)
         / size
     )
-    within = jnp.sum(jnp.where(present, spread, 0.0)) / jnp.sum(present)
+    within = jnp.sum(jnp.where(present, spread, 0.0)) / jnp.sum(present).astype(spread.dtype)
     pairs = present[:, None] & present[None] & jnp.triu(jnp.ones((n_groups, n_groups), bool), 1)
     gaps = jnp.linalg.norm(centroids[:, None] - centroids[None], axis=-1)
-    return within / (jnp.sum(jnp.where(pairs, gaps, 0.0)) / jnp.sum(pairs))
+    return within / (jnp.sum(jnp.where(pairs, gaps, 0.0)) / jnp.sum(pairs).astype(gaps.dtype))
 
 
 def top_hessian_eigenvalue(
@@ -318,7 +318,12 @@ def adam_preconditioner(
     t = jnp.asarray(adam.count).astype(jnp.result_type(float))
     undefined = jnp.where(t > 0, 0.0, jnp.nan)
     return jax.tree_util.tree_map(
-        lambda v: (1 - b1**t) * (jnp.sqrt(v / (1 - b2**t)) + eps) + undefined, adam.nu
+        lambda v: (
+            (1 - b1**t)
+            * (jnp.sqrt(v.astype(np.promote_types(v.dtype, t.dtype)) / (1 - b2**t)) + eps)
+            + undefined
+        ),
+        adam.nu,
     )
 
 

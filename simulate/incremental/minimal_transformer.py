@@ -51,7 +51,7 @@ def evaluate(forward: Callable, tokens, context: int | None, key=None):
     window = jnp.maximum(window, 0)
     keys = None if key is None else jax.random.split(key, n)
     logits, attn = jax.vmap(lambda p, v, k: forward(tokens[p], p, v, k))(window, valid, keys)
-    spread = jax.nn.one_hot(window, n, dtype=attn.dtype) * valid[..., None]  # (n, c, n)
+    spread = jax.nn.one_hot(window, n, dtype=attn.dtype) * valid[..., None].astype(attn.dtype)
     return logits[:, -1], jnp.einsum("tlhj,tjs->lhts", attn[..., -1, :], spread)
 
 

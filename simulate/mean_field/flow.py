@@ -102,11 +102,15 @@ def circle_potential(
     C, S = jnp.cos(ang), jnp.sin(ang)  # (K + 1, N); elementwise sums below fuse (no matvec)
     alpha = kernel.cos_coeffs @ jnp.mean(C, axis=1)
     gamma = kernel.sin_coeffs @ jnp.mean(S, axis=1)
+    mg, ma = m * gamma, m * alpha
     if at is not None:
-        ang = m[:, None] * at[None, :]
+        # the angles ``at`` may be wider than the tokens: evaluate there in their dtype
+        dtype = np.promote_types(theta.dtype, at.dtype)
+        m, alpha, gamma, mg, ma = (y.astype(dtype) for y in (m, alpha, gamma, mg, ma))
+        ang = m[:, None] * at[None, :].astype(dtype)
         C, S = jnp.cos(ang), jnp.sin(ang)
     U = jnp.sum(alpha[:, None] * C + gamma[:, None] * S, axis=0)
-    v = jnp.sum((m * gamma)[:, None] * C - (m * alpha)[:, None] * S, axis=0)
+    v = jnp.sum(mg[:, None] * C - ma[:, None] * S, axis=0)
     return U, v
 
 
@@ -276,7 +280,10 @@ def to_angle(X: jax.Array) -> jax.Array:
 # --- observables ----------------------------------------------------------------------------------
 def order_parameter(theta: jax.Array, mode: int = 1) -> jax.Array:
     """``r_k = |(1/N) sum_j e^{i k theta_j}|``."""
-    return jnp.abs(jnp.mean(jnp.exp(1j * mode * theta)))
+    # theta as the complex dtype of its precision (what 1j * theta promoted to implicitly)
+    return jnp.abs(
+        jnp.mean(jnp.exp(1j * mode * theta.astype(np.result_type(theta.dtype, np.complex64))))
+    )
 
 
 def angle_density(theta: jax.Array, bins: int) -> jax.Array:
@@ -303,7 +310,8 @@ def entropy_estimator(kappa: float = 200.0, points: int = 512) -> EntropyEstimat
 
 def _kde(theta: jax.Array, est: EntropyEstimator):
     """KDE ``rho`` and ``rho'`` on the grid."""
-    d = est.grid[:, None] - theta[None, :]
+    dtype = np.promote_types(est.grid.dtype, theta.dtype)  # the grid may be wider than theta
+    d = est.grid[:, None].astype(dtype) - theta[None, :].astype(dtype)
     e = jnp.exp(est.kappa * (jnp.cos(d) - 1))
     norm = jnp.exp(-est.log_norm)
     return jnp.mean(e, axis=1) * norm, jnp.mean(-est.kappa * jnp.sin(d) * e, axis=1) * norm
@@ -319,7 +327,8 @@ def circle_energy(theta: jax.Array, kernel: CircleKernel, tau, est: EntropyEstim
     """``(F_tau, interaction)`` of the particles: the interaction term exactly
     (``-(1/2) mean_i U(theta_i)``), the entropy from the KDE."""
     inter = -0.5 * jnp.mean(circle_potential(theta, kernel)[0])
-    return inter + tau * kde_entropy(theta, est), inter
+    entropy = tau * kde_entropy(theta, est)
+    return inter.astype(np.promote_types(inter.dtype, entropy.dtype)) + entropy, inter
 
 
 def circle_energy_rates(
@@ -336,6 +345,7 @@ def circle_energy_rates(
     h = 2 * jnp.pi / est.grid.size
     if W is None:
         return dissipation * h, jnp.zeros((), theta.dtype)
+    W = W.astype(np.promote_types(W.dtype, est.grid.dtype))  # the grid may be wider than W
     return dissipation * h, jnp.sum(circle_ffn_velocity(est.grid, W) * flux) * h
 
 

@@ -82,7 +82,8 @@ def test_adam_preconditioner_reproduces_the_optax_adam_step():
     assert np.isnan(adam_preconditioner(state)["b"])
     for i in range(5):
         grads = jax.tree_util.tree_map(lambda x, i=i: jnp.sin(x * (i + 1)), params)
-        updates, state = opt.update(grads, state, params)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
+            updates, state = opt.update(grads, state, params)
         params = optax.apply_updates(params, updates)
     P = adam_preconditioner(state)
     for name in params:
@@ -149,7 +150,8 @@ def test_clustering_observer_logs_the_preconditioned_sharpness_when_asked():
     state = opt.init(params)
     assert np.isnan(prob.observe(params, state)["preconditioned_sharpness"])  # no v at t = 0
     g = jax.tree_util.tree_map(lambda x: 0.01 * jnp.ones_like(x), params)  # any first gradient
-    updates, state = opt.update(g, state, params)
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
+        updates, state = opt.update(g, state, params)
     params = optax.apply_updates(params, updates)
     out = prob.observe(params, state)
     # Adam's P ~ sqrt(v) ~ |g| << 1, so P^{-1} H is far sharper than H

@@ -41,7 +41,7 @@ def test_attention_bias_moves_mass_to_the_pattern():
     _, biased = model.logits_and_attention(x, 5.0 * B)
 
     def mass(a):
-        return float((a[0, :, 7:] * B[7:]).sum(-1).mean())
+        return float((a[0, :, 7:] * B[7:].astype(a.dtype)).sum(-1).mean())
 
     assert mass(biased) > mass(plain) + 0.3
     np.testing.assert_allclose(biased[0, :, :7], plain[0, :, :7], atol=1e-6)  # no pattern there

@@ -31,7 +31,6 @@ from theory.focus_dilution.population import (
     attention,
     complex_step_jacobian,
     parameter_field,
-    reversible_transition,
     transition_matrix,
 )
 from theory.focus_dilution.stages import (
@@ -55,13 +54,6 @@ def _pi(seed, d=D, floor=0.02):
     raw = np.random.default_rng(seed).dirichlet(np.ones(d))
     pi = floor + (1 - d * floor) * raw
     return np.sort(pi / pi.sum())[::-1]
-
-
-def _random_reversible(pi, seed):
-    rng = np.random.default_rng(seed)
-    Q = rng.uniform(size=(pi.size, pi.size))
-    Q = (Q + Q.T) / (2 * pi.size)
-    return reversible_transition(pi, Q)
 
 
 # --- the rank-one manifold and redistribution (spec §5.4) -----------------------------------------

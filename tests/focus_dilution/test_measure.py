@@ -3,10 +3,8 @@ rate fits, plateaus, focus phases, principal components; no matplotlib."""
 
 import math
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import settings
 
 from simulate.focus_dilution.measure import (
     fit_rate,
@@ -16,36 +14,12 @@ from simulate.focus_dilution.measure import (
     principal_components,
     stage_onsets,
 )
-from theory.focus_dilution.population import (
-    Parameters,
-    reversible_transition,
-    transition_matrix,
-)
 from theory.focus_dilution.stages import (
     entropy,
 )
 
 D, M, MK = 4, 3, 2
 PI = np.array([0.75, 0.19, 0.05, 0.01])
-FAST = settings(max_examples=10, deadline=None)
-
-
-def _pi(seed, d=D):
-    raw = np.random.default_rng(seed).dirichlet(np.ones(d))
-    pi = 0.02 + (1 - 0.02 * d) * raw
-    return np.sort(pi / pi.sum())[::-1]
-
-
-def _chain(seed, lam):
-    pi = _pi(seed)
-    if seed % 2:
-        U = np.random.default_rng(seed + 1).uniform(size=(D, D))
-        return pi, reversible_transition(pi, (U + U.T) / (2 * D))
-    return pi, transition_matrix(pi, lam)
-
-
-def _as_jax(theta):
-    return Parameters(*(jnp.asarray(w) for w in theta))
 
 
 # --- onset rules and rate fits on constructed curves (spec §6) ------------------------------------

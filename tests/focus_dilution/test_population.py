@@ -30,7 +30,6 @@ from theory.validation import ConfigError
 D, M_WIDTH, MK = 4, 3, 2
 PI_DEFAULT = np.array([0.75, 0.19, 0.05, 0.01])  # spec §2.3
 FAST = settings(max_examples=15, deadline=None)
-SLOW = settings(max_examples=2, deadline=None)
 
 seeds = st.integers(0, 2**32 - 1)
 lambdas = st.floats(0.05, 0.95)

@@ -5,8 +5,6 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import settings
-from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 from simulate.focus_dilution.flow import (
@@ -22,7 +20,6 @@ from theory.focus_dilution.population import (
     attention,
     parameter_field,
     parameter_loss,
-    reversible_transition,
     transition_matrix,
 )
 from theory.focus_dilution.stages import (
@@ -31,25 +28,6 @@ from theory.focus_dilution.stages import (
 
 D, M_WIDTH, MK = 4, 3, 2
 PI_DEFAULT = np.array([0.75, 0.19, 0.05, 0.01])  # spec §2.3
-FAST = settings(max_examples=15, deadline=None)
-SLOW = settings(max_examples=2, deadline=None)
-
-seeds = st.integers(0, 2**32 - 1)
-lambdas = st.floats(0.05, 0.95)
-
-
-def _pi(seed, d=D, floor=0.02):
-    """A random non-uniform probability vector with every entry >= floor, sorted descending."""
-    raw = np.random.default_rng(seed).dirichlet(np.ones(d))
-    pi = floor + (1 - d * floor) * raw
-    return np.sort(pi / pi.sum())[::-1]
-
-
-def _random_reversible(pi, seed):
-    rng = np.random.default_rng(seed)
-    Q = rng.uniform(size=(pi.size, pi.size))
-    Q = (Q + Q.T) / (2 * pi.size)
-    return reversible_transition(pi, Q)
 
 
 # --- predicted stage times against the full-parameter flow (spec §5.1-5.3, §5.5) ------------------

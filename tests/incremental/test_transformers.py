@@ -128,7 +128,8 @@ def test_equal_heads_stay_bitwise_equal_under_adamw(layers):
     @jax.jit
     def step(m, state):
         g = jax.grad(loss)(m)
-        updates, state = opt.update(g, state, m)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
+            updates, state = opt.update(g, state, m)
         return optax.apply_updates(m, updates), state
 
     state = opt.init(model)
