@@ -120,8 +120,9 @@ def _choice(name: str, description: str, fields: list[tuple[str, Any, Any]]) -> 
 
 
 def _group(name: str, description: str, choices: Sequence[Any]) -> Any:
-    """A command ``name`` whose target is one of ``choices``."""
-    target = Union[tuple(choices)] if len(choices) > 1 else choices[0]  # noqa: UP007
+    """A command ``name`` whose target is one of ``choices`` (tyro makes subcommands of a union
+    of two or more; the --help walk in tests/test_cli.py fails if a command has only one)."""
+    target = Union[tuple(choices)]  # noqa: UP007
     cls = make_dataclass(name, [("target", Annotated[target, Flat])], frozen=True)
     cls.__doc__ = description
     return Annotated[cls, tyro.conf.subcommand(name, description=description)]
@@ -138,6 +139,8 @@ class Commands:
 
 
 def commands() -> Commands:
+    """The command tree, built from the registries: figures, comparisons, experiments (run and
+    sweep) and derivations, each a subcommand with its config's options."""
     from figures.derive import SYSTEMS
     from figures.registry import all_figures, comparisons
     from simulate.experiments import EXPERIMENTS
