@@ -107,16 +107,19 @@ def test_bad_input_is_one_line_and_exit_2(argv, field, capsys):
 
 
 def test_persistent_compilation_cache_is_used_by_a_second_call(tmp_path):
+    """The first call writes its programs to the cache; the same call again compiles nothing new
+    (every program is a cache hit, so no entry is added). Speed is the benchmark's business."""
     cache = tmp_path / "cache"
     env = {**os.environ, "STAGEWISE_CACHE_DIR": str(cache)}
     small = ["run", "heads-gd", "--steps", "2000", "--chunk", "1000", "--quiet"]
-    seconds = []
+    entries = []
     for name in ("first", "second"):
         proc = _cli([*small, "--out", str(tmp_path / name)], env)
         assert proc.wait(timeout=300) == 0
-        seconds.append(read_summary(tmp_path / name)["compile_seconds"])
-    assert any(cache.rglob("*"))
-    assert seconds[1] < 0.5 * seconds[0]
+        assert read_summary(tmp_path / name)["status"] == "complete"
+        entries.append(sorted(p.name for p in cache.rglob("*") if p.is_file()))
+    assert entries[0], "the first call cached no program"
+    assert entries[1] == entries[0], "the second call compiled a program the cache should hold"
 
 
 def test_run_prints_the_success_count_of_the_summary(tmp_path, capsys):
