@@ -19,10 +19,8 @@ from typing import Annotated, Any, Literal, Union
 import tyro
 from tyro import _errors as tyro_errors  # tyro's parse-error hook (pinned tyro range)
 
+from figures.core.options import Flat
 from theory.validation import ConfigError
-
-Flat = tyro.conf.arg(name="")
-
 
 GROUP_FIELDS = {"stagewise": "command", "figure": "figure", "compare": "comparison"}
 GROUP_FIELDS |= {"run": "experiment", "sweep": "experiment", "derive": "system"}
