@@ -37,7 +37,7 @@ import numpy as np
 import optax
 import xarray as xr
 
-from simulate.focus_dilution.flow import initial_parameters, observables
+from simulate.focus_dilution.flow import OBS_DIMS, initial_parameters, observables
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.text_corpus import Corpus, load_corpus, tokenize
 from simulate.runner import RunOptions, RunOutput, run_experiment
@@ -349,26 +349,16 @@ def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
             out["train_loss"] = next_token_loss(params, train[: cfg.validation], cfg.qk_scale)
         return out
 
+    # the same split of the population observables as in observe(), read off their dims
+    population = ("loss", "attention", "attention_entropy", "focus_mass")
     dims = {
-        "loss": (),
-        "attention": ("query", "key"),
-        "attention_entropy": ("query",),
-        "focus_mass": ("query",),
-        "population_loss": (),
-        "population_attention": ("query", "key"),
-        "population_attention_entropy": ("query",),
-        "population_focus_mass": ("query",),
-        "sv_W0": ("sv",),
-        "sv_W1": ("sv",),
-        "sv_WQ": ("sv",),
-        "sv_WK": ("sv",),
-        "sv_WQK": ("sv",),
-        "align_W0_pi": (),
-        "align_Phi_pipi": (),
-        "outer_norm": (),
-        "token_norm": ("token",),
-        "W0": ("token", "width"),
-        "grad_norm": (),
+        **{k: OBS_DIMS[k] for k in population},
+        **{f"population_{k}": OBS_DIMS[k] for k in population},
+        **{
+            k: v
+            for k, v in OBS_DIMS.items()
+            if not k.startswith(("loss", "attention", "focus", "weighted"))
+        },
     }
     if train is not None:
         dims["train_loss"] = ()
