@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import xarray as xr
 
+from simulate.focus_dilution.flow import solve_flow, time_grid
 from simulate.runner import Seeds
 from theory.focus_dilution.population import transition_matrix, validate_pi
 from theory.validation import require
@@ -55,3 +57,20 @@ class FlowSetting(Seeds):
     def chain(self) -> tuple[np.ndarray, np.ndarray]:
         pi = validate_pi(self.pi)
         return pi, transition_matrix(pi, self.lam)
+
+
+def solve_setting(
+    setting: FlowSetting, pi, P, t_max: float, n_seeds: int, samples: int, progress: bool
+) -> xr.Dataset:
+    """The population flow of ``setting`` from its first ``n_seeds`` seeds at eps, saved at
+    ``samples`` log-spaced times up to ``t_max``."""
+    return solve_flow(
+        pi,
+        P,
+        [setting.eps] * n_seeds,
+        setting.seed_ids[:n_seeds],
+        time_grid(t_max, samples),
+        m=setting.width,
+        m_k=setting.key_width,
+        progress=progress,
+    )

@@ -22,8 +22,7 @@ from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting
-from simulate.focus_dilution.flow import solve_flow, time_grid
+from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting, solve_setting
 from simulate.focus_dilution.measure import (
     ONSET_RULES,
     growth_of_D,
@@ -54,16 +53,8 @@ def compute(cfg: PcaConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pred = predictions(pi, P, cfg.flow.eps)
     response = redistribution_response(pi, P)
     n_seeds, samples = (1, 800) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples)
-    seeds = cfg.flow.seed_ids[:n_seeds]
-    data = solve_flow(
-        pi,
-        P,
-        [cfg.flow.eps] * n_seeds,
-        seeds,
-        time_grid(cfg.horizon * pred["onsets"][3], samples),
-        m=cfg.flow.width,
-        m_k=cfg.flow.key_width,
-        progress=not cfg.quiet,
+    data = solve_setting(
+        cfg.flow, pi, P, cfg.horizon * pred["onsets"][3], n_seeds, samples, progress=not cfg.quiet
     )
     onsets = run_onsets(data)
     data = data[
@@ -111,7 +102,7 @@ def compute(cfg: PcaConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             "pi": cfg.flow.pi,
             "lambda": cfg.flow.lam,
             "eps": cfg.flow.eps,
-            "seeds": seeds,
+            "seeds": cfg.flow.seed_ids[:n_seeds],
             "m": cfg.flow.width,
             "m_k": cfg.flow.key_width,
         },

@@ -22,8 +22,7 @@ from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting
-from simulate.focus_dilution.flow import solve_flow, time_grid
+from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting, solve_setting
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.predictions import predictions
 from simulate.measure.turning_points import TURN_RULE, turning_points
@@ -52,17 +51,7 @@ def compute(cfg: CyclesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     n_seeds, samples, t_max = (
         (1, 1000, 2500.0) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples, cfg.t_max)
     )
-    seeds = cfg.flow.seed_ids[:n_seeds]
-    data = solve_flow(
-        pi,
-        P,
-        [cfg.flow.eps] * n_seeds,
-        seeds,
-        time_grid(t_max, samples),
-        m=cfg.flow.width,
-        m_k=cfg.flow.key_width,
-        progress=not cfg.quiet,
-    )
+    data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples, progress=not cfg.quiet)
     onsets = run_onsets(data)
     data = data[
         ["attention_entropy", "token_norm", "sv_W0", "loss", "focus_mass", "pi", "solver_steps"]
@@ -90,7 +79,7 @@ def compute(cfg: CyclesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             "pi": cfg.flow.pi,
             "lambda": cfg.flow.lam,
             "eps": cfg.flow.eps,
-            "seeds": seeds,
+            "seeds": cfg.flow.seed_ids[:n_seeds],
             "t_max": t_max,
             "m": cfg.flow.width,
             "m_k": cfg.flow.key_width,

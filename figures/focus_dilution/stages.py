@@ -22,8 +22,7 @@ from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting
-from simulate.focus_dilution.flow import solve_flow, time_grid
+from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting, solve_setting
 from simulate.focus_dilution.measure import (
     ONSET_RULES,
     PLATEAU_RULE,
@@ -55,17 +54,7 @@ def compute(cfg: StagesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pred = predictions(pi, P, cfg.flow.eps)
     t_max = cfg.horizon * pred["onsets"][3]
     n_seeds, samples = (1, 800) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples)
-    seeds = cfg.flow.seed_ids[:n_seeds]
-    data = solve_flow(
-        pi,
-        P,
-        [cfg.flow.eps] * n_seeds,
-        seeds,
-        time_grid(t_max, samples),
-        m=cfg.flow.width,
-        m_k=cfg.flow.key_width,
-        progress=not cfg.quiet,
-    )
+    data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples, progress=not cfg.quiet)
     onsets = run_onsets(data)
     data["onset"] = (("run", "stage"), onsets)
     data["redistribution"] = (
@@ -89,7 +78,7 @@ def compute(cfg: StagesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             "eps": cfg.flow.eps,
             "m": cfg.flow.width,
             "m_k": cfg.flow.key_width,
-            "seeds": seeds,
+            "seeds": cfg.flow.seed_ids[:n_seeds],
             "t_max": t_max,
         },
         "predicted": pred,
