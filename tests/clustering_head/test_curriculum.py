@@ -176,19 +176,6 @@ def test_first_success_epoch_and_cluster_quality():
     assert histogram_index(x, 5, 3).tolist() == [table.index((2, 1, 2)), table.index((0, 0, 5))]
 
 
-@pytest.mark.parametrize(
-    "figure, argv, field",
-    [
-        ("clustering-head-finetune", ["--epochs", "15"], "epochs"),
-        ("clustering-head-loss-spike", ["--factor", "1"], "factor"),
-    ],
-)
-def test_figure_bad_input_exits_2(figure, argv, field, capsys, tmp_path):
-    assert main(["figure", figure, "--out", str(tmp_path), *argv]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and field in err[0]
-
-
 # ---- quick figures ---------------------------------------------------------------------------
 
 

@@ -305,6 +305,8 @@ def test_shown_seed_prefers_successful_seeds():
     [
         ("clustering-head-fixed-point", ["--lr", "0"], "lr"),
         ("clustering-head-attention", ["--epochs", "15"], "epochs"),
+        ("clustering-head-finetune", ["--epochs", "15"], "epochs"),
+        ("clustering-head-loss-spike", ["--factor", "1"], "factor"),
     ],
 )
 def test_figure_bad_input_exits_2(figure, argv, field, capsys, tmp_path):
