@@ -103,6 +103,9 @@ class SweepOptions:
     """sweep directory (default runs/sweep-EXPERIMENT)."""
     variable: str = "loss"
     """variable drawn in the aggregate figure (dims seed, step)."""
+    overwrite: bool = False
+    """run into OUT even if it holds a previous sweep (its points are replaced); without it a
+    non-empty OUT is refused before any point runs."""
 
 
 def _choice(name: str, description: str, fields: list[tuple[str, Any, Any]]) -> Any:
@@ -171,7 +174,7 @@ def commands() -> Commands:
             e.description,
             [
                 ("experiment", e.config, e.config()),
-                ("output", RunOutput, RunOutput(out=Path("runs") / e.name)),
+                ("output", RunOutput, RunOutput()),
             ],
         ),
         lambda e, cmd: _run(e, cmd.experiment, cmd.output),
@@ -238,12 +241,18 @@ def _run(experiment, cfg, output) -> int:
     from dataclasses import replace
 
     from simulate.experiments import resumed_config
-    from simulate.store import read_summary
+    from simulate.runner import default_run_dir
+    from simulate.store import check_output, read_summary
     from simulate.train import DivergenceError, Interrupted
 
     if output.resume is not None:
         cfg = resumed_config(experiment, output.resume)
         output = replace(output, out=output.resume)
+    else:
+        if output.out is None:
+            output = replace(output, out=default_run_dir(experiment.name, cfg))
+        check_output(output.path, output.overwrite)  # before anything is computed
+    print(f"run directory: {output.path}", flush=True)
     try:
         path = experiment.run(cfg, output)
     except DivergenceError as err:

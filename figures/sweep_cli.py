@@ -39,6 +39,7 @@ def sweep(experiment: Experiment, base, options) -> int:
         executor=options.executor,
         address=options.address,
         workers=options.workers,
+        overwrite=options.overwrite,
     )
     paths = write_sweep_figure(ds, list(grid), out, variable=options.variable)
     timing = sweep_record(out)["timing_s"]["total"]

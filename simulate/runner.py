@@ -6,6 +6,9 @@ interrupted, diverged, failed)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +17,7 @@ import numpy as np
 import optax
 import xarray as xr
 
-from simulate.store import RunStore, load
+from simulate.store import RunLock, RunStore, check_output, load
 from simulate.train import (
     DivergenceError,
     Interrupted,
@@ -85,14 +88,46 @@ class RunOptions(Seeds):
 class RunOutput:
     """Where a training run goes and how it reports: the run directory, resuming, progress."""
 
-    out: Path = Path("runs/run")
-    """run directory."""
+    out: Path | None = None
+    """run directory (default: runs/EXPERIMENT/YYYYmmdd-HHMMSS-HASH, HASH the first 8 hex digits
+    of the sha256 of the config's JSON; printed when the run starts)."""
     resume: Path | None = None
     """continue the run stored in this directory from its last checkpoint."""
     quiet: bool = False
     """no progress bar."""
     store: bool = True
     """write the run store (off only for overhead measurements)."""
+    overwrite: bool = False
+    """start the run in OUT even if it holds something (a previous run is replaced); without it
+    a non-empty OUT is refused before anything is computed."""
+
+    @property
+    def path(self) -> Path:
+        """The run directory (``out``, or ``resume`` when only that is given)."""
+        path = self.out or self.resume
+        if path is None:
+            raise ValueError("RunOutput without out: resolve it with default_run_dir first")
+        return path
+
+
+def config_hash(cfg: object) -> str:
+    """First 8 hex digits of the sha256 of ``cfg``'s JSON (a dataclass, keys sorted)."""
+    from simulate.store import jsonable
+
+    values = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg  # type: ignore[arg-type]
+    text = json.dumps(jsonable(values), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def default_run_dir(name: str, cfg: object, root: Path = Path("runs")) -> Path:
+    """A fresh run directory ``root/name/YYYYmmdd-HHMMSS-HASH`` (``config_hash``); a suffix
+    ``-2``, ``-3``, ... where that path exists already."""
+    base = root / name / f"{time.strftime('%Y%m%d-%H%M%S')}-{config_hash(cfg)}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def run_experiment(
@@ -109,7 +144,35 @@ def run_experiment(
     Returns the run directory, or the in-memory ``TrainResult`` when ``output.store`` is off.
     ``summarize(dataset) -> dict`` adds the experiment's own entries to summary.json; ``seeds``
     adds entries (e.g. a teacher's seed) to the seed record of config.json."""
-    store = RunStore(output.resume or output.out) if output.store else None
+    if not output.store:
+        return _run(name, cfg, output, None, problem, optimizer, summarize, seeds)
+    if output.resume is None:
+        if output.out is None:
+            output = dataclasses.replace(output, out=default_run_dir(name, cfg))
+        check_output(output.path, output.overwrite)
+    with RunLock(output.resume or output.path):
+        return _run(
+            name,
+            cfg,
+            output,
+            RunStore(output.resume or output.path),
+            problem,
+            optimizer,
+            summarize,
+            seeds,
+        )
+
+
+def _run(
+    name: str,
+    cfg: RunOptions,
+    output: RunOutput,
+    store: RunStore | None,
+    problem: Problem,
+    optimizer: optax.GradientTransformation,
+    summarize: Callable[[xr.Dataset], dict],
+    seeds: dict | None,
+) -> Path | TrainResult:
     if store is not None and output.resume is None:
         streams = seed_streams(cfg.seed_ids)
         store.create(
@@ -147,7 +210,8 @@ def run_experiment(
         assert result is not None  # train returned: no error
         return result
     ds, _ = load(store.path)
-    summary = {"status": status, "steps_logged": int(ds["step"].values[-1])}
+    logged = int(ds["step"].values[-1]) if "step" in ds.sizes and ds.sizes["step"] else None
+    summary = {"status": status, "steps_logged": logged}
     if isinstance(result, TrainResult):
         summary.update(compile_seconds=result.compile_seconds, run_seconds=result.run_seconds)
     if error is not None:

@@ -6,9 +6,17 @@
     checkpoint/      state.eqx (every leaf of the training state, equinox's
                      ``tree_serialise_leaves``) + meta.json (step, rows logged)
 
-Write order per chunk: trajectory rows first, then the checkpoint, each checkpoint written to a
-temporary directory and renamed, so an interruption at any moment leaves a checkpoint that points
-at rows already on disk. Rows logged after the last checkpoint are dropped on resume.
+    committed.json   {"rows": N}: the trajectory rows that are whole on disk
+    .lock            the pid of the process writing the run (absent when none is)
+
+Crash safety: at any instant of a SIGKILL or a power loss the directory is loadable up to its last
+committed chunk and resumable from its last checkpoint. Write order per chunk: every variable's rows
+are appended to trajectory.zarr and flushed to disk, then the chunk is committed by rewriting
+committed.json (temporary file, fsync, rename), then the checkpoint is written to a temporary
+directory and renamed. ``load`` reads only the committed rows (an append cut between two
+variables leaves them of different lengths; the rows past the commit are never read), and a
+resume keeps the rows up to the checkpoint and drops the rest (``truncate``, itself written
+aside and renamed). config.json and summary.json are written to a temporary file and renamed.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import equinox as eqx
 import numpy as np
 import xarray as xr
 from jaxtyping import PyTree
+
+from theory.validation import ConfigError
 
 STATE = "state.eqx"
 """The checkpoint's leaves: one ``.npy`` record per leaf, in ``jax.tree_util`` leaf order."""
@@ -81,10 +91,188 @@ def git_revision() -> str | None:
     return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` (a rename into it) durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically: a temporary file, fsync, rename."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(jsonable(obj), indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_tree(root: Path, since: float) -> None:
+    """fsync every file under ``root`` modified at or after ``since`` (``time.time()``), and the
+    directories holding them: the rows of a chunk are on disk before the chunk is committed."""
+    dirs = set()
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            try:
+                if os.stat(p).st_mtime < since - 0.02:  # file times follow a coarse clock
+                    continue
+                fd = os.open(p, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            dirs.add(dirpath)
+    for d in dirs:
+        _fsync_dir(Path(d))
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Move the finished directory ``tmp`` to ``target`` (the old one renamed aside to
+    ``target.old`` first and removed last; ``RunStore.recover`` completes an interrupted swap)."""
+    old = target.with_name(target.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    _fsync_dir(target.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _read_trajectory(path: Path, rows: int | None) -> xr.Dataset:
+    """The first ``rows`` rows along ``step`` of every variable of the zarr store ``path`` (all
+    rows when ``rows`` is None), loaded into memory. Variables of different lengths (an append
+    cut between two variables) are read one by one and cut to ``rows``."""
+
+    def cut(ds: xr.Dataset) -> xr.Dataset:
+        return ds.isel(step=slice(0, rows)) if rows is not None and "step" in ds.dims else ds
+
+    try:
+        with xr.open_zarr(path, consolidated=False) as ds:
+            return cut(ds).load()
+    except ValueError:
+        if rows is None:
+            raise
+    import zarr
+
+    names = sorted(zarr.open_group(str(path), mode="r").array_keys())
+    parts = []
+    for name in names:
+        others = [n for n in names if n != name]
+        with xr.open_zarr(path, consolidated=False, drop_variables=others) as one:
+            parts.append(cut(one).load())
+    merged = xr.merge(parts, join="exact", compat="equals", combine_attrs="drop_conflicts")
+    assert isinstance(merged, xr.Dataset)  # merge of Datasets
+    return merged
+
+
+def check_output(path: Path | str, overwrite: bool = False, field: str = "out") -> None:
+    """Refuse (``ConfigError`` on ``field``, before anything is computed) an output directory
+    that is an existing file, that cannot be written, or that holds something already (unless
+    ``overwrite``): a run is never destroyed by starting another one in its place. A sub-run
+    inside a run directory this process holds the lock of (a figure's training runs) was checked
+    with that directory and is not refused again."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(field, str(path), "an existing file; choose a directory for --out")
+    inside = any(held in path.resolve().parents for held in _HELD)
+    if (
+        path.is_dir()
+        and any(not p.name.startswith(LOCK) for p in path.iterdir())
+        and not (overwrite or inside)
+    ):
+        hint = " (or --resume it)" if (path / "checkpoint").exists() else ""
+        raise ConfigError(
+            field, str(path), f"exists; pass --overwrite or choose another --out{hint}"
+        )
+    base = path
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise ConfigError(field, str(path), f"a directory path ({base} is a file)")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError(field, str(path), f"a writable directory ({base} is not writable)")
+
+
+LOCK = ".lock"
+"""The lock file of a run directory: the pid of the process writing it."""
+
+_HELD: set[Path] = set()
+"""Run directories whose lock this process holds."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunLock:
+    """``with RunLock(path):`` -- the run directory ``path`` is written by this process only.
+
+    The lock is ``path/.lock`` created with ``O_CREAT | O_EXCL`` and holding the pid; removed on
+    exit. A lock whose process is gone (killed) is taken over; a live one is a ``ConfigError``."""
+
+    def __init__(self, path: Path | str, field: str = "out"):
+        self.path, self.field = Path(path), field
+        self.file = self.path / LOCK
+        self.held = False
+
+    def __enter__(self) -> RunLock:
+        self.path.mkdir(parents=True, exist_ok=True)
+        # the pid is written first and the file linked into place (atomic, fails if the lock
+        # exists, like O_CREAT | O_EXCL), so a lock file always names its process
+        tmp = self.path / f"{LOCK}.{os.getpid()}"
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        try:
+            for _ in range(3):
+                try:
+                    os.link(tmp, self.file)
+                except FileExistsError:
+                    try:
+                        pid = int(self.file.read_text().strip())
+                    except (OSError, ValueError):
+                        pid = 0
+                    if pid and _alive(pid):
+                        raise ConfigError(
+                            self.field,
+                            str(self.path),
+                            f"not locked by another process (pid {pid} is writing it; "
+                            f"remove {self.file} if that process is gone)",
+                        ) from None
+                    self.file.unlink(missing_ok=True)  # stale: its process is gone
+                    continue
+                self.held = True
+                _HELD.add(self.path.resolve())
+                return self
+        finally:
+            tmp.unlink(missing_ok=True)
+        raise ConfigError(self.field, str(self.path), f"lockable (could not take {self.file})")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.held:
+            self.file.unlink(missing_ok=True)
+            _HELD.discard(self.path.resolve())
+            self.held = False
 
 
 class RunStore:
@@ -107,10 +295,16 @@ class RunStore:
         """Start the run: clear what a previous run left and write config.json (``config`` is
         the experiment's or figure's resolved config, ``output`` where and how it was run)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        for stale in (self.trajectory_path, self.checkpoint_path):
-            if stale.exists():
-                shutil.rmtree(stale)
         (self.path / "summary.json").unlink(missing_ok=True)
+        self._commit(0)
+        for stale in ("trajectory.zarr", "checkpoint", "checkpoint.old", "checkpoint.tmp"):
+            for path in (
+                self.path / stale,
+                self.path / (stale + ".old"),
+                self.path / (stale + ".tmp"),
+            ):
+                if path.exists():
+                    shutil.rmtree(path)
         _write_json(
             self.path / "config.json",
             {
@@ -129,25 +323,61 @@ class RunStore:
         """config.json of the run."""
         return json.loads((self.path / "config.json").read_text())
 
+    @property
+    def committed_path(self) -> Path:
+        return self.path / "committed.json"
+
+    def _commit(self, rows: int) -> None:
+        _write_json(self.committed_path, {"rows": rows})
+
+    def committed(self) -> int | None:
+        """Committed trajectory rows (None for a run written before commits were recorded)."""
+        try:
+            return int(json.loads(self.committed_path.read_text())["rows"])
+        except FileNotFoundError:
+            return None
+
+    def recover(self) -> None:
+        """Finish a trajectory swap cut between its two renames (``truncate``, ``write``)."""
+        old = self.path / "trajectory.zarr.old"
+        if old.exists() and not self.trajectory_path.exists():
+            os.replace(old, self.trajectory_path)
+
     def append(self, chunk: xr.Dataset, rows_per_chunk: int | None = None) -> None:
-        """Append rows along ``step``. The first call fixes the zarr chunking: ``rows_per_chunk``
-        rows per zarr chunk (default: this call's rows), so later appends write whole chunks."""
-        if self.trajectory_path.exists():
+        """Append rows along ``step`` and commit them. The first call fixes the zarr chunking:
+        ``rows_per_chunk`` rows per zarr chunk (default: this call's rows), so later appends
+        write whole chunks."""
+        before = self.rows()
+        t0 = time.time()
+        if self.trajectory_path.exists() and before > 0:
             chunk.to_zarr(self.trajectory_path, append_dim="step", consolidated=False)
-            return
-        rows = rows_per_chunk or chunk.sizes["step"]
-        encoding = {
-            name: {"chunks": tuple(rows if d == "step" else chunk.sizes[d] for d in var.dims)}
-            for name, var in chunk.data_vars.items()
-        }
-        chunk.to_zarr(self.trajectory_path, mode="w", consolidated=False, encoding=encoding)
+        else:
+            rows = rows_per_chunk or chunk.sizes["step"]
+            encoding = {
+                name: {"chunks": tuple(rows if d == "step" else chunk.sizes[d] for d in var.dims)}
+                for name, var in chunk.data_vars.items()
+            }
+            chunk.to_zarr(self.trajectory_path, mode="w", consolidated=False, encoding=encoding)
+        _fsync_tree(self.trajectory_path, t0)
+        self._commit(before + chunk.sizes["step"])
 
     def write(self, data: xr.Dataset) -> None:
-        """Write a whole trajectory at once (results computed in one go, e.g. an ODE solve)."""
-        data.to_zarr(self.trajectory_path, mode="w", consolidated=False)
+        """Write a whole trajectory at once (results computed in one go, e.g. an ODE solve):
+        written aside, renamed into place, then committed."""
+        tmp = self.path / "trajectory.zarr.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        data.to_zarr(tmp, mode="w", consolidated=False)
+        _fsync_tree(tmp, 0.0)
+        _replace_dir(tmp, self.trajectory_path)
+        self._commit(data.sizes.get("step", 0))
 
     def rows(self) -> int:
-        """Rows stored in trajectory.zarr (0 before the first append)."""
+        """Committed rows of trajectory.zarr (0 before the first append)."""
+        self.recover()
+        committed = self.committed()
+        if committed is not None:
+            return committed if self.trajectory_path.exists() else 0
         if not self.trajectory_path.exists():
             return 0
         with xr.open_zarr(self.trajectory_path, consolidated=False) as ds:
@@ -168,6 +398,10 @@ class RunStore:
         os.replace(tmp, self.checkpoint_path)
         if old.exists():
             shutil.rmtree(old)
+
+    def has_checkpoint(self) -> bool:
+        """Whether a checkpoint was written (a run killed before its first one has none)."""
+        return self.checkpoint_path.exists() or (self.path / "checkpoint.old").exists()
 
     @overload
     def load_checkpoint(self) -> tuple[list[np.ndarray], int, int]: ...
@@ -201,13 +435,31 @@ class RunStore:
         return state, meta["step"], meta["rows"]
 
     def truncate(self, rows: int) -> None:
-        """Keep the first ``rows`` logged rows (those covered by the checkpoint)."""
-        if self.rows() <= rows:
+        """Keep the first ``rows`` logged rows (those covered by the checkpoint); rows past them,
+        committed or not (a chunk cut by a kill), are dropped. The kept rows are written aside
+        and renamed into place, so a kill during the truncation loses nothing."""
+        self.recover()
+        if not self.trajectory_path.exists():
+            self._commit(0)
             return
-        with xr.open_zarr(self.trajectory_path, consolidated=False) as ds:
-            kept = ds.isel(step=slice(0, rows)).load()
-        shutil.rmtree(self.trajectory_path)
-        kept.to_zarr(self.trajectory_path, mode="w", consolidated=False)
+        if rows == 0:
+            shutil.rmtree(self.trajectory_path)
+            self._commit(0)
+            return
+        kept = _read_trajectory(self.trajectory_path, rows)
+        try:
+            with xr.open_zarr(self.trajectory_path, consolidated=False) as ds:
+                consistent = ds.sizes.get("step", rows) == rows
+        except ValueError:  # variables of different lengths
+            consistent = False
+        if not consistent:
+            tmp = self.path / "trajectory.zarr.tmp"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            kept.to_zarr(tmp, mode="w", consolidated=False)
+            _fsync_tree(tmp, 0.0)
+            _replace_dir(tmp, self.trajectory_path)
+        self._commit(rows)
 
     def write_summary(self, summary: dict) -> None:
         """Write summary.json (non-finite floats as the strings "nan", "inf")."""
@@ -220,8 +472,12 @@ def read_summary(path: Path | str) -> dict:
 
 
 def load(path: Path | str) -> tuple[xr.Dataset, dict]:
-    """The stored trajectory (loaded into memory) and config.json of a run directory."""
+    """The stored trajectory (loaded into memory) and config.json of a run directory: the
+    committed rows only (see the module's crash safety)."""
     store = RunStore(Path(path))
-    with xr.open_zarr(store.trajectory_path, consolidated=False) as ds:
-        data = ds.load()
-    return data, store.config()
+    store.recover()
+    config = store.config()
+    rows = store.committed()
+    if rows == 0 and not store.trajectory_path.exists():
+        return xr.Dataset(), config  # killed before the first row was committed
+    return _read_trajectory(store.trajectory_path, rows), config

@@ -131,14 +131,23 @@ def grid_points(grid: dict[str, list]) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
-def point_configs(base_cfg: C, grid: dict[str, list], out: Path) -> list[tuple[C, RunOutput]]:
+def point_configs(
+    base_cfg: C, grid: dict[str, list], out: Path, overwrite: bool = False
+) -> list[tuple[C, RunOutput]]:
     """One validated config per grid point (``__post_init__`` runs here, before any compile),
     each with its output: a fresh (not resumed), quiet run in ``out/point-NNN`` with the run
-    store on, since the merge reads the stored trajectories."""
+    store on, since the merge reads the stored trajectories (``overwrite``: replacing the point's
+    previous run, when the sweep itself is run with ``overwrite``)."""
     return [
         (
             dataclasses.replace(base_cfg, **point),
-            RunOutput(out=Path(out) / f"point-{i:03d}", resume=None, quiet=True, store=True),
+            RunOutput(
+                out=Path(out) / f"point-{i:03d}",
+                resume=None,
+                quiet=True,
+                store=True,
+                overwrite=overwrite,
+            ),
         )
         for i, point in enumerate(grid_points(grid))
     ]
@@ -259,13 +268,16 @@ def run_sweep(
     executor: str = "local",
     address: str | None = None,
     workers: int = 2,
+    overwrite: bool = False,
 ) -> xr.Dataset:
     """Run every grid point of ``grid`` (seeds vmapped inside each run) and merge the results.
 
     Writes ``out/point-NNN/`` (one run directory per point), ``out/sweep.zarr`` and
-    ``out/sweep.json``; returns the merged Dataset.
+    ``out/sweep.json``; returns the merged Dataset. A non-empty ``out`` is refused before any
+    point runs unless ``overwrite`` (which replaces the points' previous runs); ``out`` is locked
+    while the sweep runs.
     """
-    from simulate.store import jsonable, load
+    from simulate.store import RunLock, check_output
 
     if executor not in EXECUTORS:
         raise ConfigError("executor", executor, "one of " + ", ".join(EXECUTORS))
@@ -273,8 +285,24 @@ def run_sweep(
         raise ConfigError("workers", workers, "an integer >= 1")
     out = Path(out).resolve()  # workers (and Ray tasks) may run in another directory
     points = grid_points(grid)
-    runs = point_configs(base_cfg, grid, out)
-    out.mkdir(parents=True, exist_ok=True)
+    runs = point_configs(base_cfg, grid, out, overwrite)
+    check_output(out, overwrite)
+    with RunLock(out):
+        return _run_sweep(experiment_name, grid, out, executor, address, workers, points, runs)
+
+
+def _run_sweep(
+    experiment_name: str,
+    grid: dict[str, list],
+    out: Path,
+    executor: str,
+    address: str | None,
+    workers: int,
+    points: list[dict],
+    runs: list[tuple[RunOptions, RunOutput]],
+) -> xr.Dataset:
+    from simulate.store import jsonable, load
+
     t0 = time.perf_counter()
     if executor == "local":
         run_dirs = _run_local(experiment_name, runs, workers)

@@ -207,7 +207,9 @@ def train(
     if resume:
         if store is None:
             raise ValueError("resume needs a run store")
-        state, step, rows_done = store.load_checkpoint(like=state)
+        if store.has_checkpoint():
+            state, step, rows_done = store.load_checkpoint(like=state)
+        # else: stopped before its first checkpoint; it starts again from step 0
         store.truncate(rows_done)
         if step >= schedule.steps:  # the run was already complete
             return TrainResult(xr.Dataset(), 0.0, 0.0)

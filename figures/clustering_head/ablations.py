@@ -132,10 +132,10 @@ def compute(cfg: AblationsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         if not cfg.quiet:
             print(
                 f"point {i + 1}/{len(points)}: {point_name(point)} ({seeds} seeds, "
-                f"{epochs} epochs) -> {output.out}"
+                f"{epochs} epochs) -> {output.path}"
             )
         ds, _ = load(run_or_reuse(tcfg, output))
-        run_summary = read_summary(output.out)
+        run_summary = read_summary(output.path)
         accuracy.append(ds["test_accuracy"].isel(step=-1).values)
         status.append(run_summary["status"])
         epochs_logged.append(int(ds["step"].values[-1]) // tcfg.steps_per_epoch)

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from figures.core.options import FigureOptions
 from figures.core.output import figure_dir, load_figure_data, save_figure
-from simulate.store import RunStore
+from simulate.store import RunLock, RunStore, check_output
 
 Compute = Callable[[Any, Path], tuple[xr.Dataset, dict]]
 """``compute(cfg, run_dir) -> (data, summary)``: runs what the figure needs (sub-runs below
@@ -58,12 +58,14 @@ class Figure:
         if cfg.replot:
             data, _, summary = load_figure_data(out, self.id)
         else:
-            data, summary = self.compute(cfg, out)
-            seed_ids = data["seed"].values.tolist() if "seed" in data.coords else []
-            store = RunStore(out)
-            store.create(self.id, dataclasses.asdict(cfg), {"seed_ids": seed_ids})
-            store.write(data)
-            store.write_summary(summary)
+            check_output(out, cfg.overwrite)  # before anything is computed
+            with RunLock(out):
+                data, summary = self.compute(cfg, out)
+                seed_ids = data["seed"].values.tolist() if "seed" in data.coords else []
+                store = RunStore(out)
+                store.create(self.id, dataclasses.asdict(cfg), {"seed_ids": seed_ids})
+                store.write(data)
+                store.write_summary(summary)
         paths = save_figure(out, self.id, self.plot(data, summary))
         if self.extra is not None:
             paths += self.extra(cfg, out, data, summary)

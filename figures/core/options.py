@@ -31,7 +31,10 @@ class FigureOptions:
     """redraw the figure from the run stored in the output directory; nothing is recomputed."""
     quiet: bool = False
     """no progress bar."""
+    overwrite: bool = False
+    """recompute into OUT/<figure-id>/ even if it holds a previous run (replacing it); without it
+    a non-empty figure directory is refused before anything is computed."""
 
     def run_output(self, run_dir: Path, name: str = "training") -> RunOutput:
         """Where a training run of this figure goes: ``run_dir/name``, quiet when the figure is."""
-        return RunOutput(out=Path(run_dir) / name, quiet=self.quiet)
+        return RunOutput(out=Path(run_dir) / name, quiet=self.quiet, overwrite=self.overwrite)

@@ -69,7 +69,7 @@ def compute(cfg: LinearMapConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     training = cfg.training()
     output = cfg.run_output(run_dir, "training")
     ds = run_stored(training, output)
-    stored = read_summary(output.out)
+    stored = read_summary(output.path)
     steps = ds["step"].values
     times = emergence_times(steps, ds["cell_loss"].values)
     entropy = ds["attention_entropy"].values[:, :, 0]  # first layer
@@ -104,7 +104,7 @@ def compute(cfg: LinearMapConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         },
     )
     summary = {
-        "training_run": str(output.out),
+        "training_run": str(output.path),
         "S": training.S,
         "s": training.s,
         "loss_floor": linear_map_floor(training.S),

@@ -219,7 +219,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
                 "lr": gd_cfg.lr,
                 "steps": gd_cfg.steps,
             },
-            "run": str(gd_out.out),
+            "run": str(gd_out.path),
         },
         "finite_adam": {
             "onsets_steps": adam_onsets[0],
@@ -233,7 +233,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
                 "lr": adam_cfg.lr,
                 "steps": adam_cfg.steps,
             },
-            "run": str(adam_out.out),
+            "run": str(adam_out.path),
         },
     }
     return data, summary

@@ -50,5 +50,5 @@ def train(
     """Run the experiment into ``run_dir/name`` and load what it stored: ``(dataset, summary)``."""
     output = options.run_output(run_dir, name)
     mean_field_training.run(cfg, output)
-    ds, _ = load(output.out)
-    return ds, read_summary(output.out)
+    ds, _ = load(output.path)
+    return ds, read_summary(output.path)

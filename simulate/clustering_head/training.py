@@ -523,7 +523,7 @@ def summarize(cfg: ClusteringSetting, ds) -> dict:
 
 
 def run(cfg: ClusteringSetting, output: RunOutput = RunOutput()) -> Path | TrainResult:
-    """Run (or resume) the experiment into ``output.out``; returns the run directory (the
+    """Run (or resume) the experiment into ``output.path``; returns the run directory (the
     in-memory result when ``output.store`` is off)."""
     return run_experiment(
         NAME,
@@ -565,16 +565,16 @@ def _stored_status(cfg: ClusteringSetting, out: Path) -> str | None:
 
 
 def run_or_reuse(cfg: ClusteringSetting, output: RunOutput) -> Path:
-    """Run ``cfg`` into ``output.out``, reusing a complete (or diverged: deterministic) stored run
+    """Run ``cfg`` into ``output.path``, reusing a complete (or diverged: deterministic) stored run
     of the same configuration and resuming an interrupted one; a divergence ends the run, whose
     stored rows are kept (status 'diverged' in its summary.json). Returns the run directory."""
-    status = _stored_status(cfg, output.out)
+    status = _stored_status(cfg, output.path)
     if status in ("complete", "diverged"):
-        return output.out
+        return output.path
     if status == "interrupted":
-        output = dataclasses.replace(output, resume=output.out)
+        output = dataclasses.replace(output, resume=output.path)
     try:
         run_stored(cfg, output)
     except DivergenceError:
         pass  # recorded as status 'diverged' in the run's summary.json
-    return output.out
+    return output.path

@@ -1,0 +1,96 @@
+"""Runs that are never lost: SIGKILL at random instants, then ``load`` and ``--resume``.
+
+Each kill lands on a tiny run (``tests/kill_driver.py``) in a process forked from a forkserver
+that has jax imported; a run is killed, loaded, resumed, the resume killed again, ... until a
+resume completes, and every completed run must equal the uninterrupted one bit for bit."""
+
+import multiprocessing
+import os
+import random
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from simulate.store import RunStore, load
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory):
+    os.environ.setdefault("STAGEWISE_CACHE_DIR", str(tmp_path_factory.mktemp("jax-cache")))
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.kill_driver"])
+    return context
+
+
+def _start(ctx, out, resume):
+    from tests import kill_driver
+
+    proc = ctx.Process(target=kill_driver.run, args=(str(out), resume))
+    proc.start()
+    return proc
+
+
+def _complete(ctx, out, resume=False):
+    proc = _start(ctx, out, resume)
+    proc.join(300)
+    assert proc.exitcode == 0
+
+
+def _equal(a, b):
+    assert a.sizes == b.sizes
+    for v in b.variables:
+        np.testing.assert_array_equal(a[v].values, b[v].values)
+
+
+def _kill_until(ctx, root, kills, seed):
+    rng = random.Random(seed)
+    ref_dir = root / "reference"
+    t0 = time.perf_counter()
+    _complete(ctx, ref_dir)
+    full = time.perf_counter() - t0
+    reference, _ = load(ref_dir)
+    done, complete, partial, n = 0, 0, 0, 0
+    out, resume = root / "run-0", False
+    while done < kills:
+        proc = _start(ctx, out, resume)
+        time.sleep(rng.uniform(0.0, full))
+        if proc.exitcode is None:
+            proc.kill()  # SIGKILL
+            done += 1
+        proc.join(60)
+        if not (out / "config.json").exists():  # killed before anything was written
+            shutil.rmtree(out, ignore_errors=True)
+            resume = False
+            continue
+        data, _ = load(out)  # loadable at any instant
+        rows = RunStore(out).committed() or 0
+        assert data.sizes.get("step", 0) == rows
+        if rows:
+            _equal(data, reference.isel(step=slice(0, rows)))
+        if proc.exitcode == 0:  # this start completed: it must be the uninterrupted run
+            _equal(data, reference)
+            complete += 1
+            n += 1
+            out, resume = root / f"run-{n}", False
+        else:
+            partial += 0 < rows < reference.sizes["step"]
+            resume = True
+    if resume:  # finish the last one
+        _complete(ctx, out, resume=True)
+        _equal(load(out)[0], reference)
+        complete += 1
+    return done, complete, partial
+
+
+def test_hundred_sigkills_leave_loadable_runs_that_resume_bit_for_bit(ctx, tmp_path):
+    kills, complete, partial = _kill_until(ctx, tmp_path, kills=100, seed=0)
+    assert kills == 100 and complete >= 1
+    assert partial >= 10  # enough kills landed while the store was being written
+
+
+@pytest.mark.slow
+def test_thousand_sigkills(ctx, tmp_path):
+    kills, complete, partial = _kill_until(ctx, tmp_path, kills=1000, seed=1)
+    assert kills == 1000 and complete >= 10 and partial >= 100
