@@ -10,6 +10,7 @@ configs' validation before anything is compiled.
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, make_dataclass
@@ -20,7 +21,7 @@ import tyro
 from tyro import _errors as tyro_errors  # tyro's parse-error hook (pinned tyro range)
 
 from figures.core.options import Flat
-from theory.validation import ConfigError
+from theory.validation import ConfigError, require
 
 GROUP_FIELDS = {"stagewise": "command", "figure": "figure", "compare": "comparison"}
 GROUP_FIELDS |= {"run": "experiment", "sweep": "experiment", "derive": "system"}
@@ -66,7 +67,11 @@ def _one_line(
             event.argument.lowered.name_or_flags[0].lstrip("-") if event.argument else "arguments"
         )
         quoted = re.findall(r"'([^']*)'", event.message)
-        value, what = (quoted[-1] if quoted else None), event.message
+        first = event.message.strip().splitlines()[0] if event.message.strip() else ""
+        # tyro lists the error of every type of a union on lines of their own: name the types
+        union = re.match(r"no type matching (.*) could be instantiated", first)
+        value = quoted[-1] if quoted else None
+        what = f"not a value of type {union.group(1)}" if union else first or "not accepted"
     elif isinstance(event, tyro_errors.MissingSubcommand):
         field, value = GROUP_FIELDS.get(group, group), None
         what = f"required: one of {', '.join(choices.get(group, []))}"
@@ -100,7 +105,7 @@ class SweepOptions:
     workers: int = 2
     """parallel worker processes (local) or CPUs of a private Ray instance."""
     out: Path | None = None
-    """sweep directory (default runs/sweep-EXPERIMENT)."""
+    """sweep directory (default: runs/sweep-EXPERIMENT/YYYYmmdd-HHMMSS-HASH, printed)."""
     variable: str = "loss"
     """variable drawn in the aggregate figure (dims seed, step)."""
     overwrite: bool = False
@@ -139,9 +144,10 @@ class Commands:
     """the subcommand names of each command ("stagewise" for the top level)."""
 
 
-def commands() -> Commands:
+def commands(run_defaults: dict[str, Any] | None = None) -> Commands:
     """The command tree, built from the registries: figures, comparisons, experiments (run and
-    sweep) and derivations, each a subcommand with its config's options."""
+    sweep) and derivations, each a subcommand with its config's options. ``run_defaults``: the
+    config an experiment's ``run`` starts from instead of its default (a resumed run's own)."""
     from figures.derive import SYSTEMS
     from figures.registry import all_figures, comparisons
     from simulate.experiments import EXPERIMENTS
@@ -173,7 +179,7 @@ def commands() -> Commands:
             e.name,
             e.description,
             [
-                ("experiment", e.config, e.config()),
+                ("experiment", e.config, (run_defaults or {}).get(e.name) or e.config()),
                 ("output", RunOutput, RunOutput()),
             ],
         ),
@@ -228,7 +234,21 @@ def _list() -> int:
 
 
 def _figure(figure, cfg) -> int:
-    figure.run(cfg)
+    from simulate.train import DivergenceError, Interrupted
+
+    try:
+        figure.run(cfg)
+    except DivergenceError as err:
+        print(f"stagewise: {err}", file=sys.stderr)
+        return 1
+    except Interrupted as err:
+        name = signal.Signals(err.signum).name
+        print(
+            f"stagewise: interrupted by {name}; run the same command again to resume "
+            "(finished sub-runs are reused)",
+            file=sys.stderr,
+        )
+        return 128 + err.signum
     return 0
 
 
@@ -246,7 +266,13 @@ def _run(experiment, cfg, output) -> int:
     from simulate.train import DivergenceError, Interrupted
 
     if output.resume is not None:
-        cfg = resumed_config(experiment, output.resume)
+        require(
+            output.out is None or output.out == output.resume,
+            "out",
+            str(output.out),
+            "left out with --resume (the run continues in its own directory)",
+        )
+        cfg = resumed_config(experiment, output.resume, given=cfg)
         output = replace(output, out=output.resume)
     else:
         if output.out is None:
@@ -274,6 +300,24 @@ def _sweep(experiment, cfg, options: SweepOptions) -> int:
     return sweep(experiment, cfg, options)
 
 
+def _resumed_defaults(argv: list[str]) -> dict[str, Any]:
+    """For ``run EXPERIMENT --resume DIR``: the stored run's config as that experiment's
+    defaults, so the options parsed are exactly the given ones over the stored run (an option
+    given with another value is then a change ``--resume`` can name). Empty when the command
+    line is anything else or DIR holds no readable run (``_run`` then names the problem)."""
+    from simulate.experiments import EXPERIMENTS, resumed_config
+
+    words = [a for a in argv if not a.startswith("-")]
+    resume = [a.split("=", 1)[1] for a in argv if a.startswith("--resume=")]
+    resume += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--resume"]
+    if len(words) < 2 or words[0] != "run" or words[1] not in EXPERIMENTS or len(resume) != 1:
+        return {}
+    try:
+        return {words[1]: resumed_config(EXPERIMENTS[words[1]], Path(resume[0]))}
+    except ConfigError:
+        return {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``) and run the chosen command; the exit code."""
     import matplotlib
@@ -284,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli = commands()
+        cli = commands(_resumed_defaults(argv))
         with tyro_errors.on_parse_error(lambda event: _one_line(event, cli.choices, argv)):
             command = tyro.cli(
                 cli.parser,
@@ -296,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"stagewise: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # SIGINT outside a training loop (which checkpoints and stops)
+        print("stagewise: interrupted by SIGINT", file=sys.stderr)
+        return 130
 
 
 def run() -> None:

@@ -29,6 +29,7 @@ from theory.incremental.stages import (
     predict_stages,
     vertex_decay_coefficient,
 )
+from theory.validation import require
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,20 @@ class DeriveConfig(HeadSystemOptions):
 
     latex: bool = False
     """print LaTeX instead of text."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # the symbolic field has one term per lag: T = 200 prints in ~10 s, T = 1000 in minutes
+        require(
+            self.window <= MAX_WINDOW,
+            "window",
+            self.window,
+            f"a window T <= {MAX_WINDOW} for the symbolic derivation",
+        )
+
+
+MAX_WINDOW = 256
+"""the longest window the symbolic derivation takes."""
 
 
 def derive(cfg: DeriveConfig) -> str:

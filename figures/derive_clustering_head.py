@@ -21,6 +21,9 @@ from theory.clustering_head.symmetry import (
 )
 from theory.validation import require
 
+MAX_LENGTH = 128
+"""the longest sequence the symbolic derivation takes (its time grows like L^2)."""
+
 
 @dataclass(frozen=True)
 class ClusteringHeadDeriveConfig:
@@ -39,7 +42,13 @@ class ClusteringHeadDeriveConfig:
 
     def __post_init__(self) -> None:
         require(self.modulus >= 2, "modulus", self.modulus, "an integer p >= 2")
-        require(self.length >= 1, "length", self.length, "an integer L >= 1")
+        # the symmetric subspace is built from L x L symbolic matrices: L = 200 takes ~20 s
+        require(
+            1 <= self.length <= MAX_LENGTH,
+            "length",
+            self.length,
+            f"an integer 1 <= L <= {MAX_LENGTH}",
+        )
         require(
             1 <= self.sparsity <= self.length,
             "sparsity",

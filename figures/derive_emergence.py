@@ -11,6 +11,9 @@ import sympy as sp
 from theory.emergence import levels as th
 from theory.validation import require
 
+MAX_STATES = 1024
+"""the largest state size the derivation takes (S = 1000 prints in a few seconds)."""
+
 
 @dataclass(frozen=True)
 class EmergenceDeriveConfig:
@@ -30,7 +33,8 @@ class EmergenceDeriveConfig:
     """print LaTeX instead of text."""
 
     def __post_init__(self) -> None:
-        require(self.S >= 2, "S", self.S, "a state size >= 2")
+        # the floors enumerate the S-state rows: S = 1e5 runs past a minute
+        require(2 <= self.S <= MAX_STATES, "S", self.S, f"a state size in [2, {MAX_STATES}]")
         require(self.n >= 2, "n", self.n, "states per sequence >= 2")
         require(1 <= self.s <= self.S, "s", self.s, f"ones per row in 1..S = {self.S}")
         require(self.heads >= 1, "heads", self.heads, "an integer H >= 1")

@@ -9,11 +9,13 @@ figure ``OUT/sweep.{png,pdf}``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 from figures.core.sweep_plot import write_sweep_figure
 from simulate.experiments import Experiment
+from simulate.runner import default_run_dir
 from simulate.sweep import ordered_dims, parse_grid, point_configs, run_sweep, sweep_record
 from theory.validation import ConfigError, require
 
@@ -29,8 +31,11 @@ def sweep(experiment: Experiment, base, options) -> int:
         raise ConfigError("grid", None, "required: --grid KEY=V1,V2,... (one or more items)")
     require(options.workers >= 1, "workers", options.workers, "an integer >= 1")
     grid = parse_grid(grid_items(options), experiment.config)
-    out = options.out or Path("runs") / f"sweep-{experiment.name}"
-    point_configs(base, grid, out)  # every point validated before anything runs
+    point_configs(base, grid, Path("."))  # every point validated before anything runs
+    out = options.out or default_run_dir(
+        f"sweep-{experiment.name}", {"base": dataclasses.asdict(base), "grid": grid}
+    )
+    print(f"sweep directory: {out}", flush=True)
     ds = run_sweep(
         experiment.name,
         base,

@@ -18,8 +18,8 @@ from simulate.emergence import training as emergence_training
 from simulate.focus_dilution import training as focus_dilution_training
 from simulate.incremental import head_training, markov_training, regression_training
 from simulate.mean_field import training as mean_field_training
-from simulate.runner import RunOptions, RunOutput
-from simulate.store import RunStore
+from simulate.runner import RunOptions, RunOutput, changed_options
+from simulate.store import RunFileError, RunStore
 from simulate.train import TrainResult
 from theory.validation import ConfigError
 
@@ -90,11 +90,20 @@ EXPERIMENTS: dict[str, Experiment[Any]] = {
 }
 
 
-def resumed_config(experiment: Experiment[C], run_dir: Path) -> C:
+CONTINUABLE = ("steps", "epochs")
+"""The options ``--resume`` accepts, each only larger than the stored run's: train on."""
+
+
+def resumed_config(experiment: Experiment[C], run_dir: Path, given: C | None = None) -> C:
     """The config a stored run of ``experiment`` was started with (the ``config`` entry of
     ``run_dir/config.json``); the caller resumes it with ``RunOutput(out=run_dir,
-    resume=run_dir)``. Entries that are no field of the config (e.g. those of an older version)
-    are left out, fields missing from the file keep their defaults."""
+    resume=run_dir)``.
+
+    ``given``: the config the command line parsed with the stored run's config as its defaults
+    (``figures.cli``), so every field that differs from the stored run was given. None must
+    differ, except a larger ``--steps`` (``--epochs``), which continues training
+    to the new horizon (with a schedule that spans the run, such as mean-field's cosine decay,
+    the remaining steps follow the longer run's schedule). Anything else is refused by name."""
     if not (Path(run_dir) / "config.json").is_file():
         raise ConfigError("resume", str(run_dir), "a run directory (one with a config.json)")
     stored = RunStore(run_dir).config()
@@ -105,7 +114,27 @@ def resumed_config(experiment: Experiment[C], run_dir: Path) -> C:
             f"a run directory of experiment {experiment.name!r} "
             f"(this one is {stored['experiment']!r})",
         )
-    return _from_json(experiment.config, stored["config"])
+    try:
+        cfg = _from_json(experiment.config, stored["config"])
+    except (TypeError, ValueError, KeyError) as err:
+        raise RunFileError(Path(run_dir) / "config.json", f"config unusable ({err})") from None
+    if given is None:
+        return cfg
+    changed = changed_options(given, cfg, stored["config"])
+    longer = {k: changed.pop(k) for k in CONTINUABLE if k in changed}
+    if changed:
+        raise ConfigError(
+            "resume",
+            str(run_dir),
+            "continues the stored run as it was started; only a larger --steps may be given "
+            "(changed: "
+            + ", ".join(f"{k} = {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            + ")",
+        )
+    for name, (old, new) in longer.items():
+        if old is not None and new <= old:
+            raise ConfigError(name, new, f"larger than the stored run's {old} (--resume trains on)")
+    return dataclasses.replace(cfg, **{k: new for k, (_, new) in longer.items()})
 
 
 def _from_json(config: type[Any], values: dict) -> Any:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import optax
@@ -27,7 +28,7 @@ from simulate.train import (
     seed_streams,
     train,
 )
-from theory.validation import require
+from theory.validation import ConfigError, require
 
 SEED_RULE = "key(seed) folded with 0 (init), 1 (noise), 2 (data)"
 
@@ -36,14 +37,40 @@ SEED_RULE = "key(seed) folded with 0 (init), 1 (noise), 2 (data)"
 class Seeds:
     """Seed ids of a run or a figure (declared once for every experiment and figure)."""
 
+    MAX_SEED: ClassVar[int] = 2**32 - 1
+    """the largest seed id: keys are made from uint32 seeds (``simulate.train.seed_streams``)."""
+
     seeds: int = 4
     """number of seeds, vmapped in one compiled program."""
     seed: int = 0
     """first seed; seed ids are seed, seed+1, ..."""
 
     def __post_init__(self) -> None:
-        require(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        require(
+            1 <= self.seeds <= Seeds.MAX_SEED + 1,
+            "seeds",
+            self.seeds,
+            f"an integer in [1, {Seeds.MAX_SEED + 1}]",
+        )
+        Seeds.check_seed("seed", self.seed)
+        last = Seeds.MAX_SEED - self.seeds + 1
+        require(
+            self.seed <= last,
+            "seed",
+            self.seed,
+            f"an integer in [0, {last}] with seeds = {self.seeds} (the last seed id, "
+            f"seed + seeds - 1, is a uint32 seed <= {Seeds.MAX_SEED})",
+        )
+
+    @staticmethod
+    def check_seed(field: str, value: int) -> None:
+        """A seed option (``seed``, ``data_seed``, ...) is a uint32: in [0, MAX_SEED]."""
+        require(
+            0 <= value <= Seeds.MAX_SEED,
+            field,
+            value,
+            f"an integer in [0, {Seeds.MAX_SEED}] (a uint32 seed)",
+        )
 
     @property
     def seed_ids(self) -> list[int]:
@@ -100,6 +127,9 @@ class RunOutput:
     overwrite: bool = False
     """start the run in OUT even if it holds something (a previous run is replaced); without it
     a non-empty OUT is refused before anything is computed."""
+    reuse: bool = False
+    """reuse a run of the same config already in OUT when it is complete, resume it when it was
+    interrupted or killed (how a figure's sub-runs resume when the figure is run again)."""
 
     @property
     def path(self) -> Path:
@@ -130,6 +160,52 @@ def default_run_dir(name: str, cfg: object, root: Path = Path("runs")) -> Path:
     return path
 
 
+def _leaves(values: dict) -> dict[str, Any]:
+    """A nested config dict flattened to its leaf names (nested configs are flat on the command
+    line: ``--m``, not ``--train.m``)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        out.update(_leaves(value) if isinstance(value, dict) else {key: value})
+    return out
+
+
+def changed_options(given: object, default: object, stored: dict) -> dict[str, tuple[Any, Any]]:
+    """The options of ``given`` (a config dataclass) set away from ``default`` that differ from
+    ``stored`` (the config dict of a stored run): ``{name: (stored value, given value)}``. An
+    option left at its default is taken as not given, so it never counts as a change."""
+    from simulate.store import jsonable
+
+    mine = _leaves(jsonable(dataclasses.asdict(given)))  # type: ignore[arg-type]
+    base = _leaves(jsonable(dataclasses.asdict(default)))  # type: ignore[arg-type]
+    theirs = _leaves(stored)
+    return {
+        k: (theirs.get(k), v) for k, v in mine.items() if v != base.get(k) and v != theirs.get(k)
+    }
+
+
+def stored_status(path: Path, name: str, cfg: object) -> str | None:
+    """The status of the run of experiment ``name`` under ``cfg`` stored in ``path``: its
+    summary's status ('complete', 'interrupted', 'diverged', 'failed'), 'interrupted' for one
+    killed before it wrote a summary, None when ``path`` holds no run of that config."""
+    from simulate.store import jsonable, read_summary
+
+    store = RunStore(path)
+    try:
+        stored = store.config()
+    except (OSError, ValueError, ConfigError):
+        return None
+    if stored.get("experiment") != name or stored.get("config") != jsonable(
+        dataclasses.asdict(cfg)  # type: ignore[arg-type]
+    ):
+        return None
+    if not (path / "summary.json").exists():
+        return "interrupted" if store.has_checkpoint() else None
+    try:
+        return read_summary(path).get("status")
+    except (OSError, ValueError, ConfigError):
+        return None
+
+
 def run_experiment(
     name: str,
     cfg: RunOptions,
@@ -149,7 +225,15 @@ def run_experiment(
     if output.resume is None:
         if output.out is None:
             output = dataclasses.replace(output, out=default_run_dir(name, cfg))
-        check_output(output.path, output.overwrite)
+        status = stored_status(output.path, name, cfg) if output.reuse else None
+        if status == "complete":
+            return output.path
+        if status == "interrupted":
+            output = dataclasses.replace(output, resume=output.path)
+        else:
+            check_output(output.path, output.overwrite)
+    if output.resume is not None:
+        RunStore(output.resume).check_resumable()
     with RunLock(output.resume or output.path):
         return _run(
             name,
@@ -173,6 +257,8 @@ def _run(
     summarize: Callable[[xr.Dataset], dict],
     seeds: dict | None,
 ) -> Path | TrainResult:
+    if store is not None and output.resume is not None:
+        store.update_config(config=dataclasses.asdict(cfg))  # a larger --steps trains on
     if store is not None and output.resume is None:
         streams = seed_streams(cfg.seed_ids)
         store.create(

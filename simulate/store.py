@@ -105,6 +105,37 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class RunFileError(ConfigError):
+    """A file of a run directory that is missing, truncated or corrupt: ``path: what is wrong``
+    (a ``ConfigError``, so the command line prints it as one line and exits 2)."""
+
+    def __init__(self, path: Path | str, problem: str):
+        Exception.__init__(self, f"{path}: {problem}")
+        self.field, self.value, self.allowed = "file", str(path), problem
+
+
+def read_json(path: Path, keys: tuple[str, ...] = ()) -> dict:
+    """The JSON object in ``path``, which must hold ``keys``; ``RunFileError`` naming the file
+    when it is missing, not JSON (truncated, corrupt, empty) or lacks a key."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RunFileError(path, "missing") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RunFileError(path, f"unreadable ({err})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        what = "empty" if not text.strip() else f"not valid JSON, truncated or corrupt ({err})"
+        raise RunFileError(path, what) from None
+    if not isinstance(obj, dict):
+        raise RunFileError(path, f"not a JSON object (holds a {type(obj).__name__})")
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise RunFileError(path, "lacks the key(s) " + ", ".join(map(repr, missing)))
+    return obj
+
+
 def _write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` atomically: a temporary file, fsync, rename."""
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -138,10 +169,27 @@ def _fsync_tree(root: Path, since: float) -> None:
         _fsync_dir(Path(d))
 
 
-def _replace_dir(tmp: Path, target: Path) -> None:
-    """Move the finished directory ``tmp`` to ``target`` (the old one renamed aside to
-    ``target.old`` first and removed last; ``RunStore.recover`` completes an interrupted swap)."""
+def _recover_dir(target: Path) -> None:
+    """Finish a swap of ``_replace_dir`` that a kill cut between its two renames: ``target`` is
+    gone and its previous version waits in ``target.old``."""
     old = target.with_name(target.name + ".old")
+    if old.exists() and not target.exists():
+        os.replace(old, target)
+
+
+def _current(target: Path) -> Path:
+    """``target``, or ``target.old`` while a swap cut by a kill waits to be finished: what a
+    reader reads without finishing the swap itself (the writer may be running)."""
+    old = target.with_name(target.name + ".old")
+    return old if old.exists() and not target.exists() else target
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Move the finished directory ``tmp`` to ``target``: the old one is renamed aside to
+    ``target.old`` first and removed last, so at every instant ``target`` or ``target.old`` is
+    whole (``_recover_dir`` completes a cut swap)."""
+    old = target.with_name(target.name + ".old")
+    _recover_dir(target)
     if old.exists():
         shutil.rmtree(old)
     if target.exists():
@@ -205,6 +253,18 @@ def check_output(path: Path | str, overwrite: bool = False, field: str = "out") 
         raise ConfigError(field, str(path), f"a directory path ({base} is a file)")
     if not os.access(base, os.W_OK | os.X_OK):
         raise ConfigError(field, str(path), f"a writable directory ({base} is not writable)")
+
+
+def clear_run_dir(path: Path) -> None:
+    """Empty the run directory ``path`` (its lock, held by the caller, stays): what ``--overwrite``
+    does before a figure or sweep recomputes into it."""
+    for child in path.iterdir():
+        if child.name == LOCK:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 LOCK = ".lock"
@@ -321,27 +381,38 @@ class RunStore:
 
     def config(self) -> dict:
         """config.json of the run."""
-        return json.loads((self.path / "config.json").read_text())
+        return read_json(self.path / "config.json", ("experiment", "config"))
+
+    def update_config(self, **entries: Any) -> None:
+        """Rewrite config.json with ``entries`` replaced (e.g. the seed ids a figure learnt)."""
+        _write_json(self.path / "config.json", {**self.config(), **entries})
 
     @property
     def committed_path(self) -> Path:
         return self.path / "committed.json"
 
-    def _commit(self, rows: int) -> None:
-        _write_json(self.committed_path, {"rows": rows})
+    def _commit(self, rows: int | None) -> None:
+        _write_json(self.committed_path, {"rows": "all" if rows is None else rows})
 
     def committed(self) -> int | None:
-        """Committed trajectory rows (None for a run written before commits were recorded)."""
+        """Committed trajectory rows; None when the whole trajectory is committed (written at
+        once by ``write``, or by a run from before commits were recorded)."""
         try:
-            return int(json.loads(self.committed_path.read_text())["rows"])
-        except FileNotFoundError:
+            rows = read_json(self.committed_path, ("rows",))["rows"]
+        except RunFileError:
+            if not self.committed_path.exists():
+                return None
+            raise
+        if rows == "all":
             return None
+        if not isinstance(rows, int) or rows < 0:
+            raise RunFileError(self.committed_path, f"rows = {rows!r} is not a row count")
+        return rows
 
     def recover(self) -> None:
-        """Finish a trajectory swap cut between its two renames (``truncate``, ``write``)."""
-        old = self.path / "trajectory.zarr.old"
-        if old.exists() and not self.trajectory_path.exists():
-            os.replace(old, self.trajectory_path)
+        """Finish a swap of the trajectory or the checkpoint cut between its two renames."""
+        _recover_dir(self.trajectory_path)
+        _recover_dir(self.checkpoint_path)
 
     def append(self, chunk: xr.Dataset, rows_per_chunk: int | None = None) -> None:
         """Append rows along ``step`` and commit them. The first call fixes the zarr chunking:
@@ -370,18 +441,18 @@ class RunStore:
         data.to_zarr(tmp, mode="w", consolidated=False)
         _fsync_tree(tmp, 0.0)
         _replace_dir(tmp, self.trajectory_path)
-        self._commit(data.sizes.get("step", 0))
+        self._commit(None)
 
     def rows(self) -> int:
         """Committed rows of trajectory.zarr (0 before the first append)."""
-        self.recover()
         committed = self.committed()
         if committed is not None:
-            return committed if self.trajectory_path.exists() else 0
-        if not self.trajectory_path.exists():
+            return committed
+        trajectory = _current(self.trajectory_path)
+        if not trajectory.exists():
             return 0
-        with xr.open_zarr(self.trajectory_path, consolidated=False) as ds:
-            return ds.sizes["step"]
+        with xr.open_zarr(trajectory, consolidated=False) as ds:
+            return ds.sizes.get("step", 0)
 
     def save_checkpoint(self, state: PyTree, step: int, rows: int) -> None:
         """Write ``state`` (any pytree of arrays) with the step it reached and the rows logged
@@ -392,16 +463,35 @@ class RunStore:
         tmp.mkdir()
         eqx.tree_serialise_leaves(tmp / STATE, state)
         _write_json(tmp / "meta.json", {"step": step, "rows": rows})
-        old = self.path / "checkpoint.old"
-        if self.checkpoint_path.exists():
-            os.replace(self.checkpoint_path, old)
-        os.replace(tmp, self.checkpoint_path)
-        if old.exists():
-            shutil.rmtree(old)
+        _fsync_tree(tmp, 0.0)
+        _replace_dir(tmp, self.checkpoint_path)
+
+    def check_resumable(self) -> None:
+        """Raise ``RunFileError`` naming the file unless the run can be resumed: config.json,
+        committed.json and the checkpoint's meta.json readable, and the checkpoint and the
+        trajectory present wherever rows were committed (checked before anything compiles)."""
+        self.config()
+        rows = self.rows()
+        if self.has_checkpoint():
+            path = _current(self.checkpoint_path)
+            meta = read_json(path / "meta.json", ("step", "rows"))
+            if not (path / STATE).is_file():
+                raise RunFileError(path / STATE, "missing")
+            if meta["rows"] > rows:
+                raise RunFileError(
+                    self.trajectory_path,
+                    f"holds {rows} committed rows, fewer than the {meta['rows']} of the checkpoint",
+                )
+        elif rows > 0:
+            raise RunFileError(
+                self.checkpoint_path, f"missing, though {rows} trajectory rows are committed"
+            )
+        if rows > 0 and not _current(self.trajectory_path).exists():
+            raise RunFileError(self.trajectory_path, f"missing ({rows} rows are committed)")
 
     def has_checkpoint(self) -> bool:
         """Whether a checkpoint was written (a run killed before its first one has none)."""
-        return self.checkpoint_path.exists() or (self.path / "checkpoint.old").exists()
+        return _current(self.checkpoint_path).exists()
 
     @overload
     def load_checkpoint(self) -> tuple[list[np.ndarray], int, int]: ...
@@ -416,22 +506,23 @@ class RunStore:
         (``eqx.tree_deserialise_leaves``) and the file checked to hold no further leaf. Without
         it: the list of leaves as numpy arrays, for readers that know only a prefix of the state
         (e.g. the parameters of a stored run)."""
-        path = self.checkpoint_path
-        if not path.exists() and (self.path / "checkpoint.old").exists():
-            path = self.path / "checkpoint.old"  # interrupted between the two renames
-        meta = json.loads((path / "meta.json").read_text())
-        with open(path / STATE, "rb") as f:
-            if like is None:
-                end = os.fstat(f.fileno()).st_size
-                state: Any = []
-                while f.tell() < end:
-                    state.append(np.load(f))
-            else:
-                state = eqx.tree_deserialise_leaves(f, like)
-                if f.read(1):
-                    raise ValueError(
-                        f"{path / STATE} holds more leaves than the state it is loaded into"
-                    )
+        path = _current(self.checkpoint_path)
+        meta = read_json(path / "meta.json", ("step", "rows"))
+        if not (path / STATE).is_file():
+            raise RunFileError(path / STATE, "missing")
+        try:
+            with open(path / STATE, "rb") as f:
+                if like is None:
+                    end = os.fstat(f.fileno()).st_size
+                    state: Any = []
+                    while f.tell() < end:
+                        state.append(np.load(f))
+                else:
+                    state = eqx.tree_deserialise_leaves(f, like)
+                    if f.read(1):
+                        raise ValueError("it holds more leaves than the state it is loaded into")
+        except (OSError, ValueError, EOFError, RuntimeError) as err:
+            raise RunFileError(path / STATE, f"corrupt ({err})") from None
         return state, meta["step"], meta["rows"]
 
     def truncate(self, rows: int) -> None:
@@ -439,12 +530,11 @@ class RunStore:
         committed or not (a chunk cut by a kill), are dropped. The kept rows are written aside
         and renamed into place, so a kill during the truncation loses nothing."""
         self.recover()
+        self._commit(min(rows, self.rows()))  # lowering the commit first is always safe
         if not self.trajectory_path.exists():
-            self._commit(0)
             return
         if rows == 0:
             shutil.rmtree(self.trajectory_path)
-            self._commit(0)
             return
         kept = _read_trajectory(self.trajectory_path, rows)
         try:
@@ -459,7 +549,6 @@ class RunStore:
             kept.to_zarr(tmp, mode="w", consolidated=False)
             _fsync_tree(tmp, 0.0)
             _replace_dir(tmp, self.trajectory_path)
-        self._commit(rows)
 
     def write_summary(self, summary: dict) -> None:
         """Write summary.json (non-finite floats as the strings "nan", "inf")."""
@@ -468,16 +557,22 @@ class RunStore:
 
 def read_summary(path: Path | str) -> dict:
     """summary.json of a run directory (the reader beside ``RunStore.write_summary``)."""
-    return json.loads((Path(path) / "summary.json").read_text())
+    return read_json(Path(path) / "summary.json")
 
 
 def load(path: Path | str) -> tuple[xr.Dataset, dict]:
     """The stored trajectory (loaded into memory) and config.json of a run directory: the
     committed rows only (see the module's crash safety)."""
     store = RunStore(Path(path))
-    store.recover()
     config = store.config()
     rows = store.committed()
-    if rows == 0 and not store.trajectory_path.exists():
+    if rows == 0:
         return xr.Dataset(), config  # killed before the first row was committed
-    return _read_trajectory(store.trajectory_path, rows), config
+    trajectory = _current(store.trajectory_path)
+    if not trajectory.exists():
+        committed = "the whole trajectory is" if rows is None else f"{rows} rows are"
+        raise RunFileError(trajectory, f"missing ({committed} committed)")
+    try:
+        return _read_trajectory(trajectory, rows), config
+    except (OSError, ValueError, KeyError) as err:
+        raise RunFileError(trajectory, f"unreadable ({err})") from None

@@ -232,7 +232,11 @@ def merge_runs(datasets: list[xr.Dataset], points: list[dict]) -> xr.Dataset:
     """One Dataset: grid keys as leading dims, then the runs' own dims (seed, step, ...)."""
     keys = list(points[0])
     order = {k: list(dict.fromkeys(p[k] for p in points)) for k in keys}
-    tagged = [ds.assign_coords({k: p[k] for k in keys}) for ds, p in zip(datasets, points)]
+    # grid coordinates along "point" from the start, so that one point alone keeps them as dims
+    tagged = [
+        ds.expand_dims("point").assign_coords({k: ("point", [p[k]]) for k in keys})
+        for ds, p in zip(datasets, points)
+    ]
     stacked = xr.concat(
         tagged,
         dim="point",

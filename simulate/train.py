@@ -207,14 +207,15 @@ def train(
     if resume:
         if store is None:
             raise ValueError("resume needs a run store")
+        store.check_resumable()
         if store.has_checkpoint():
             state, step, rows_done = store.load_checkpoint(like=state)
-        # else: stopped before its first checkpoint; it starts again from step 0
+        # else: killed before its first checkpoint, so nothing was logged; it starts from step 0
         store.truncate(rows_done)
         if step >= schedule.steps:  # the run was already complete
             return TrainResult(xr.Dataset(), 0.0, 0.0)
     pieces: list[xr.Dataset] = []
-    if step == 0:
+    if rows_done == 0:  # the initial row is not stored yet (a resume may have it already)
         first = _to_dataset(
             problem,
             jax.tree_util.tree_map(
@@ -225,6 +226,9 @@ def train(
         )
         pieces.append(first)
         if store is not None:
+            # a checkpoint before the first row: committed rows always have one (a resume that
+            # finds rows but no checkpoint is looking at a damaged run)
+            store.save_checkpoint(state, 0, 0)
             store.append(first, rows_per_chunk=schedule.chunk // schedule.log_every)
             rows_done = 1
             store.save_checkpoint(state, 0, 1)

@@ -87,6 +87,7 @@ def _kill_until(ctx, root, kills, seed):
 
 def test_hundred_sigkills_leave_loadable_runs_that_resume_bit_for_bit(ctx, tmp_path):
     kills, complete, partial = _kill_until(ctx, tmp_path, kills=100, seed=0)
+    print(f"{kills} SIGKILLs, {complete} completed runs bitwise equal, {partial} partly written")
     assert kills == 100 and complete >= 1
     assert partial >= 10  # enough kills landed while the store was being written
 
@@ -94,4 +95,5 @@ def test_hundred_sigkills_leave_loadable_runs_that_resume_bit_for_bit(ctx, tmp_p
 @pytest.mark.slow
 def test_thousand_sigkills(ctx, tmp_path):
     kills, complete, partial = _kill_until(ctx, tmp_path, kills=1000, seed=1)
+    print(f"{kills} SIGKILLs, {complete} completed runs bitwise equal, {partial} partly written")
     assert kills == 1000 and complete >= 10 and partial >= 100

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from simulate.store import RunStore, git_revision, load, read_summary, versions
+from simulate.store import RunFileError, RunStore, git_revision, load, read_summary, versions
 
 
 def _chunk(steps, seeds=(0, 1)):
@@ -70,11 +70,12 @@ def test_checkpoint_is_checked_against_the_template(tmp_path):
     store.create("demo", {}, {})
     state = (np.zeros(3), np.zeros(2, np.int32))
     store.save_checkpoint(state, step=5, rows=1)
-    with pytest.raises(RuntimeError, match="shape"):
+    # a checkpoint that does not fit the state is a damaged run: one line naming state.eqx
+    with pytest.raises(RunFileError, match=r"state\.eqx: corrupt .*shape"):
         store.load_checkpoint(like=(np.zeros(4), np.zeros(2, np.int32)))
-    with pytest.raises(RuntimeError, match="dtype"):
+    with pytest.raises(RunFileError, match=r"state\.eqx: corrupt .*dtype"):
         store.load_checkpoint(like=(np.zeros(3), np.zeros(2, np.int64)))
-    with pytest.raises(ValueError, match="more leaves"):
+    with pytest.raises(RunFileError, match="more leaves"):
         store.load_checkpoint(like=(np.zeros(3),))
     shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
     got, _, _ = store.load_checkpoint(like=shapes)
@@ -121,5 +122,14 @@ def test_load_needs_the_run_files(tmp_path, missing):
         shutil.rmtree(target)
     else:
         target.unlink()
-    with pytest.raises((FileNotFoundError, OSError, ValueError, KeyError)):
+    with pytest.raises(RunFileError, match=rf"{missing}: missing"):
         load(store.path)
+
+
+def test_a_whole_trajectory_without_steps_loads_back(tmp_path):
+    """``write`` (a figure's ODE data on a time grid) commits the whole dataset, not 0 rows."""
+    store = RunStore(tmp_path / "run")
+    store.create("demo", {}, {})
+    data = xr.Dataset({"loss": ("time", np.linspace(1.0, 0.0, 5))}, coords={"time": np.arange(5)})
+    store.write(data)
+    xr.testing.assert_identical(load(store.path)[0], data)

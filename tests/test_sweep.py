@@ -259,8 +259,9 @@ def test_cli_sweep_local_executor(tmp_path, capsys):
         ]
     )
     assert rc == 0
-    summary = capsys.readouterr().out.strip().splitlines()
-    assert len(summary) == 1 and "m=2" in summary[0] and "seed=4" in summary[0]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == f"sweep directory: {out}"
+    assert len(lines) == 2 and "m=2" in lines[1] and "seed=4" in lines[1]
     _check_sweep(load_sweep(out), out, {"m": [1.5, 2.0]}, 4, "local")
     assert (out / "sweep.png").stat().st_size > 0 and (out / "sweep.pdf").stat().st_size > 0
 

@@ -94,15 +94,16 @@ class AblationsConfig(FigureOptions):
             self.widths,
             "FFN widths >= 1",
         )
+        self.setting()  # the runs as resolved (--quick included) are valid before any compute
 
     def setting(self) -> AblationsConfig:
         """The configuration actually run (--quick replaces grids, seeds and epochs)."""
         if not self.quick:
             return self
-        grid = {k: QUICK[k] for k in ("lr_values", "batches", "widths")}
+        grid = {k: self.quick_or(k, QUICK[k]) for k in ("lr_values", "batches", "widths")}
         epochs = QUICK["epochs"]
-        train = replace(
-            self.train, seeds=QUICK["seeds"], epochs=epochs, epochs_per_chunk=epochs // 10
+        train = self.quick_setting(
+            "train", {"seeds": QUICK["seeds"], "epochs": epochs, "epochs_per_chunk": epochs // 10}
         )
         return replace(self, quick=False, train=train, **grid)
 

@@ -12,7 +12,7 @@ A_k = sum_{t<=k} a_t (test mean) against the epoch, mean +- std over seeds and e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -45,8 +45,11 @@ class AttentionConfig(FigureOptions):
     )
     """the training run (paper defaults: p = 2, L = 12, k = 5, Adam 3e-3, batch 32)."""
 
+    def __post_init__(self) -> None:
+        self.training()  # the run as resolved (--quick included) is valid before any compute
+
     def training(self) -> ClusteringSetting:
-        return replace(self.train, **QUICK) if self.quick else self.train
+        return self.quick_setting("train", QUICK)
 
 
 def compute(cfg: AttentionConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

@@ -83,25 +83,28 @@ class FinetuneConfig(FigureOptions):
         require(
             value >= 10 and value % 10 == 0, "pretrain_epochs", value, "a multiple of 10, >= 10"
         )
+        self.setting()  # the runs as resolved (--quick included) are valid before any compute
 
     def setting(self) -> FinetuneConfig:
         """The configuration actually run (--quick: ``QUICK``)."""
         if not self.quick:
             return self
         epochs = QUICK["epochs"]
-        train = replace(
-            self.train,
-            seeds=QUICK["seeds"],
-            epochs=epochs,
-            epochs_per_chunk=epochs // 10,
-            lr=QUICK["lr"],
+        train = self.quick_setting(
+            "train",
+            {
+                "seeds": QUICK["seeds"],
+                "epochs": epochs,
+                "epochs_per_chunk": epochs // 10,
+                "lr": QUICK["lr"],
+            },
         )
         return replace(
             self,
             quick=False,
             train=train,
-            pretrain_epochs=QUICK["pretrain_epochs"],
-            pretrain_init=QUICK["pretrain_init"],
+            pretrain_epochs=self.quick_or("pretrain_epochs", QUICK["pretrain_epochs"]),
+            pretrain_init=self.quick_or("pretrain_init", QUICK["pretrain_init"]),
         )
 
     def pretraining(self) -> ClusteringSetting:

@@ -59,7 +59,7 @@ class FixedPointConfig(FigureOptions):
 
     @property
     def total_steps(self) -> int:
-        return QUICK_STEPS if self.quick else self.steps
+        return self.quick_or("steps", QUICK_STEPS)
 
     def configs(self) -> dict[str, ClusteringSetting]:
         base = replace(self.train, epochs=self.total_steps, epochs_per_chunk=self.total_steps // 10)

@@ -81,7 +81,8 @@ class LossSpikeConfig(FinetuneConfig):
         cfg = super().setting()
         if cfg is self:
             return self
-        train = replace(cfg.train, hessian_iterations=QUICK_HESSIAN_ITERATIONS)
+        iterations = self.quick_or("train.hessian_iterations", QUICK_HESSIAN_ITERATIONS)
+        train = replace(cfg.train, hessian_iterations=iterations)
         return replace(cfg, train=replace(train, preconditioned_sharpness=True))
 
     def finetuning(self, run_dir: Path) -> ClusteringSetting:

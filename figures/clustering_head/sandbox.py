@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import shutil
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -77,12 +77,13 @@ class SandboxConfig(FigureOptions):
     """animation resolution (dots per inch of a 12 x 11 inch frame)."""
 
     def __post_init__(self) -> None:
-        epochs = self.train.total_epochs
+        train, frames = self.plan()  # as resolved (--quick included)
+        epochs = train.total_epochs
         require(self.train.seeds == 1, "seeds", self.train.seeds, "1 (the sandbox draws one seed)")
         require(
-            len(self.frames) >= 1 and all(0 <= f <= epochs for f in self.frames),
+            len(frames) >= 1 and all(0 <= f <= epochs for f in frames),
             "frames",
-            self.frames,
+            frames,
             f"one or more epochs in [0, {epochs}]",
         )
         require(
@@ -100,10 +101,11 @@ class SandboxConfig(FigureOptions):
         )
 
     def plan(self) -> tuple[ClusteringSetting, tuple[int, ...]]:
-        """The training run and the frame epochs (--quick: 200 epochs, frames 0, 10, 100, 200)."""
-        if self.quick:
-            return replace(self.train, epochs=200, epochs_per_chunk=20), (0, 10, 100, 200)
-        return self.train, self.frames
+        """The training run and the frame epochs (--quick: 200 epochs; frames 0, 10, 100 and the
+        last epoch)."""
+        train = self.quick_setting("train", {"epochs": 200, "epochs_per_chunk": 20})
+        last = train.total_epochs
+        return train, self.quick_or("frames", (*(f for f in (0, 10, 100) if f < last), last))
 
 
 def animation_epochs(epochs: int, every: int) -> list[int]:

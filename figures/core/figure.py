@@ -15,7 +15,9 @@ from matplotlib.figure import Figure as MplFigure
 
 from figures.core.options import FigureOptions
 from figures.core.output import figure_dir, load_figure_data, save_figure
-from simulate.store import RunLock, RunStore, check_output
+from simulate.runner import changed_options
+from simulate.store import RunLock, RunStore, check_output, clear_run_dir, jsonable
+from theory.validation import ConfigError, require
 
 Compute = Callable[[Any, Path], tuple[xr.Dataset, dict]]
 """``compute(cfg, run_dir) -> (data, summary)``: runs what the figure needs (sub-runs below
@@ -56,19 +58,77 @@ class Figure:
         """Compute (or read back) the data, draw, save and report. Returns the summary."""
         out = self.run_dir(cfg)
         if cfg.replot:
-            data, _, summary = load_figure_data(out, self.id)
+            data, config, summary = load_figure_data(out, self.id)
+            changed = {
+                k: v
+                for k, v in changed_options(cfg, self.config(), config["config"]).items()
+                if k not in PRESENTATION
+            }
+            require(
+                not changed,
+                "replot",
+                str(out),
+                "a stored run made with the given options; it has "
+                + _describe(changed)
+                + " (drop those options to redraw it, or recompute without --replot)",
+            )
         else:
-            check_output(out, cfg.overwrite)  # before anything is computed
-            with RunLock(out):
-                data, summary = self.compute(cfg, out)
-                seed_ids = data["seed"].values.tolist() if "seed" in data.coords else []
-                store = RunStore(out)
-                store.create(self.id, dataclasses.asdict(cfg), {"seed_ids": seed_ids})
-                store.write(data)
-                store.write_summary(summary)
+            data, summary = self._compute(cfg, out)
         paths = save_figure(out, self.id, self.plot(data, summary))
         if self.extra is not None:
             paths += self.extra(cfg, out, data, summary)
         print(self.report(summary))
         print("wrote " + ", ".join(str(p) for p in [*paths, out / "summary.json"]))
         return summary
+
+    def _compute(self, cfg: FigureOptions, out: Path) -> tuple[xr.Dataset, dict]:
+        """Compute into ``out``: a fresh directory, or the same figure's run that an interrupt
+        or kill cut short (its finished sub-runs are reused, the others resumed)."""
+        settings = _settings(jsonable(dataclasses.asdict(cfg)))
+        status = _stored(out, self.id, settings)
+        require(
+            status != "complete" or cfg.overwrite,
+            "out",
+            str(out),
+            "holds this figure already (same options): --replot redraws it, --overwrite "
+            "recomputes it",
+        )
+        resuming = status == "interrupted" and not cfg.overwrite
+        if not resuming:
+            check_output(out, cfg.overwrite)  # before anything is computed
+        with RunLock(out):
+            store = RunStore(out)
+            if not resuming:
+                clear_run_dir(out)
+                store.create(self.id, dataclasses.asdict(cfg), {})
+            data, summary = self.compute(cfg, out)
+            seed_ids = data["seed"].values.tolist() if "seed" in data.coords else []
+            store.update_config(seeds={"seed_ids": seed_ids})
+            store.write(data)
+            store.write_summary(summary)
+        return data, summary
+
+
+PRESENTATION = ("out", "replot", "quiet", "overwrite")
+"""FigureOptions fields that change where and how a figure is shown, not what it computes."""
+
+
+def _settings(config: dict) -> dict:
+    """A stored figure config without its presentation fields."""
+    return {k: v for k, v in config.items() if k not in PRESENTATION}
+
+
+def _stored(out: Path, figure_id: str, settings: dict) -> str | None:
+    """'complete' or 'interrupted' for a run of this figure with these settings in ``out``, None
+    for anything else (an empty or missing directory, another figure, other options)."""
+    try:
+        stored = RunStore(out).config()
+    except (OSError, ValueError, ConfigError):
+        return None
+    if stored.get("experiment") != figure_id or _settings(stored.get("config", {})) != settings:
+        return None
+    return "complete" if (out / "summary.json").exists() else "interrupted"
+
+
+def _describe(changed: dict) -> str:
+    return ", ".join(f"{k} = {old!r} (given {new!r})" for k, (old, new) in changed.items())

@@ -109,20 +109,23 @@ class CaPlateauConfig(FigureOptions):
             train.batch,
             "None (this figure fixes the tokens per batch: --tokens)",
         )
+        sizes, tokens = self.grid()
         require(
-            self.tokens >= max(self.sizes) * train.n_states,
+            tokens >= max(sizes) * train.n_states,
             "tokens",
-            self.tokens,
-            f"at least one sequence of the largest S: >= {max(self.sizes) * train.n_states}",
+            tokens,
+            f"at least one sequence of the largest S: >= {max(sizes) * train.n_states}",
         )
+        self.trainings()  # the runs as resolved (--quick included) are valid before any compute
+
+    def grid(self) -> tuple[tuple[int, ...], int]:
+        """The state sizes S and the tokens per batch."""
+        return self.quick_or("sizes", QUICK_SIZES), self.quick_or("tokens", QUICK_TOKENS)
 
     def trainings(self) -> dict[tuple[int, float], EmergenceConfig]:
         """(S, c) -> its run (stored in run_dir/S{S}-c{c:g})."""
-        cfg = self.train
-        sizes, tokens = self.sizes, self.tokens
-        if self.quick:
-            cfg = replace(cfg, **QUICK)
-            sizes, tokens = QUICK_SIZES, QUICK_TOKENS
+        cfg = self.quick_setting("train", QUICK)
+        sizes, tokens = self.grid()
         return {
             (S, c): replace(
                 cfg,

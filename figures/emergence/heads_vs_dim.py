@@ -88,21 +88,27 @@ class HeadsVsDimConfig(FigureOptions):
             self.head_dims,
             "head dimensions >= 1",
         )
+        counts, width = self.fixed_width_sweep()
         require(
-            all(self.fixed_width % H == 0 for H in self.head_counts),
+            all(width % H == 0 for H in counts),
             "fixed_width",
-            self.fixed_width,
-            f"a multiple of every H in {self.head_counts}",
+            width,
+            f"a multiple of every H in {counts}",
         )
+        self.trainings()  # the runs as resolved (--quick included) are valid before any compute
 
     def base(self) -> EmergenceConfig:
-        cfg = replace(self.train, **QUICK) if self.quick else self.train
+        cfg = self.quick_setting("train", QUICK)
         return replace(cfg, attention_bias=0.0)
+
+    def fixed_width_sweep(self) -> tuple[tuple[int, ...], int]:
+        """The numbers of heads H of every sweep and the fixed width."""
+        counts = self.quick_or("head_counts", QUICK_HEAD_COUNTS)
+        return tuple(sorted(counts)), self.quick_or("fixed_width", QUICK_WIDTH)
 
     def sweeps(self) -> dict[str, list[tuple[int, int]]]:
         """Sweep name -> (H, d_h) per point."""
-        counts = QUICK_HEAD_COUNTS if self.quick else tuple(sorted(self.head_counts))
-        width = QUICK_WIDTH if self.quick else self.fixed_width
+        counts, width = self.fixed_width_sweep()
         out = {f"d_h = {d}": [(H, d) for H in counts] for d in self.head_dims}
         out[f"fixed width {width}"] = [(H, width // H) for H in counts]
         return out

@@ -14,7 +14,7 @@ emerging row outlined.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -56,10 +56,11 @@ class LinearMapConfig(FigureOptions):
         train = self.train
         require(train.task == "linear_map", "task", train.task, "linear_map (this figure)")
         require(train.model == "transformer", "model", train.model, "transformer (this figure)")
+        self.training()  # the run as resolved (--quick included) is valid before any compute
 
     def training(self) -> EmergenceConfig:
         """The run (stored in run_dir/training)."""
-        return replace(self.train, **QUICK) if self.quick else self.train
+        return self.quick_setting("train", QUICK)
 
     def trainings(self) -> dict[str, EmergenceConfig]:
         return {"training": self.training()}

@@ -48,12 +48,12 @@ class MixerConfig(FigureOptions):
             self.sparsities,
             f"ones per row in 1..S = {train.S}",
         )
+        self.trainings()  # the runs as resolved (--quick included) are valid before any compute
 
     def trainings(self) -> dict[tuple[str, int], EmergenceConfig]:
         """(model, s) -> its run (stored in run_dir/{model}-s{s})."""
-        cfg, sparsities = self.train, self.sparsities
-        if self.quick:
-            cfg, sparsities = replace(cfg, **QUICK), QUICK_SPARSITIES
+        cfg = self.quick_setting("train", QUICK)
+        sparsities = self.quick_or("sparsities", QUICK_SPARSITIES)
         return {
             (m, s): replace(cfg, model=m, s=s, attention_bias=0.0)
             for s in sparsities

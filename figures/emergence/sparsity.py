@@ -48,13 +48,19 @@ class SparsityConfig(FigureOptions):
             self.sizes,
             "state sizes S >= 2",
         )
+        self.trainings()  # the runs as resolved (--quick included) are valid before any compute
 
     def trainings(self) -> dict[tuple[int, int], EmergenceConfig]:
         """(S, s) -> its run (stored in run_dir/S{S}-s{s})."""
-        cfg, grid = self.train, {S: sparsity_grid(S) for S in self.sizes}
-        if self.quick:
-            cfg, grid = replace(cfg, **QUICK), QUICK_GRID
-        return {(S, s): replace(cfg, S=S, s=s) for S, ss in grid.items() for s in ss}
+        cfg = self.quick_setting("train", QUICK)
+        return {(S, s): replace(cfg, S=S, s=s) for S, ss in self.grid().items() for s in ss}
+
+    def grid(self) -> dict[int, tuple[int, ...]]:
+        """S -> its swept s (--quick: S = 12, and at S = 12 only s in {1, 2, 6, 11})."""
+        sizes = self.quick_or("sizes", tuple(QUICK_GRID))
+        return {
+            S: QUICK_GRID[S] if self.quick and S in QUICK_GRID else sparsity_grid(S) for S in sizes
+        }
 
 
 def compute(cfg: SparsityConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

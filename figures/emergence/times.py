@@ -46,7 +46,7 @@ QUICK = {
     "log_every": 50,
     "eval_batch": 128,
 }
-"""--quick: S = 6, d_h = 4, batch 64, lr 3e-3, 1500 steps, at least 32 seeds."""
+"""--quick: S = 6, d_h = 4, batch 64, lr 3e-3, 1500 steps."""
 
 
 @dataclass(frozen=True)
@@ -81,21 +81,19 @@ class TimesConfig(FigureOptions):
             f"state sizes S >= max(2, s = {train.s})",
         )
         require(self.size_heads >= 1, "size_heads", self.size_heads, "an integer >= 1")
+        self.trainings()  # the runs as resolved (--quick included) are valid before any compute
 
     def base(self) -> EmergenceConfig:
-        cfg = self.train
-        if self.quick:
-            cfg = replace(cfg, **QUICK, seeds=max(cfg.seeds, 32))
-        return replace(cfg, attention_bias=0.0)
+        return replace(self.quick_setting("train", QUICK), attention_bias=0.0)
 
     def head_sweep(self) -> list[tuple[int, int]]:
         """(S, H) of the sweep over H."""
-        counts = (1, 2, 4, 8) if self.quick else self.head_counts
+        counts = self.quick_or("head_counts", (1, 2, 4, 8))
         return [(self.base().S, H) for H in sorted(counts)]
 
     def size_sweep(self) -> list[tuple[int, int]]:
         """(S, H) of the sweep over S."""
-        sizes = (4, 6) if self.quick else self.sizes
+        sizes = self.quick_or("sizes", (4, 6))
         return [(S, self.size_heads) for S in sorted(sizes)]
 
     def trainings(self) -> dict[tuple[int, int], EmergenceConfig]:

@@ -18,6 +18,9 @@ from theory.validation import require
 PI_DEFAULT = (0.75, 0.19, 0.05, 0.01)
 """spec §2.3 / §7 synthetic experiment A."""
 STAGES = ("I", "II", "III", "IV")
+MAX_HORIZON = 100
+"""the largest horizon multiple of a predicted stage onset a flow figure integrates to (far past
+every stage; a huge multiple would overflow the integration time)."""
 TOKEN_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
 

@@ -17,6 +17,7 @@ Three comparisons, one table each (stdout and summary.json) and one figure:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
@@ -29,7 +30,7 @@ from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import stage_table
-from figures.focus_dilution.common import STAGES
+from figures.focus_dilution.common import MAX_HORIZON, STAGES
 from simulate.focus_dilution import training
 from simulate.focus_dilution.flow import initial_parameters, solve_flow
 from simulate.focus_dilution.measure import ONSET_RULES, plateaus, run_onsets
@@ -69,22 +70,32 @@ class CompareConfig(FigureOptions):
 
     def __post_init__(self):
         require(self.train.source == "markov", "source", self.train.source, "markov")
-        require(self.adam_lr > 0, "adam_lr", self.adam_lr, "a learning rate > 0")
+        require(
+            math.isfinite(self.adam_lr) and self.adam_lr > 0,
+            "adam_lr",
+            self.adam_lr,
+            "a finite learning rate > 0",
+        )
         require(
             self.adam_steps >= 100 and self.adam_steps % 100 == 0,
             "adam_steps",
             self.adam_steps,
             "a positive multiple of 100",
         )
-        require(self.horizon > 1, "horizon", self.horizon, "a multiple > 1 of t_IV")
+        require(
+            1 < self.horizon <= MAX_HORIZON,
+            "horizon",
+            self.horizon,
+            f"a multiple in (1, {MAX_HORIZON}] of t_IV",
+        )
 
     def finite(self, optimizer: str, t_end: float) -> training.FocusDilutionConfig:
         """The finite-sample run under ``optimizer`` (gd or adam) up to flow time ``t_end``."""
-        base = replace(self.train, **QUICK_GD) if self.quick else self.train
+        base = self.quick_setting("train", QUICK_GD)
         if optimizer == "gd":
             steps = int(np.ceil(t_end / base.lr / 500)) * 500
             return replace(base, steps=steps, log_every=10, chunk=500)
-        adam_steps = QUICK_ADAM_STEPS if self.quick else self.adam_steps
+        adam_steps = self.quick_or("adam_steps", QUICK_ADAM_STEPS)
         return replace(
             base,
             optimizer="adam",

@@ -11,6 +11,7 @@ down-up-down is one cycle of focus, dilution and renewed focus.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -42,15 +43,26 @@ class CyclesConfig(FigureOptions):
     """horizon (gradient-flow time)."""
 
     def __post_init__(self):
-        require(self.t_max > 0, "t_max", self.t_max, "a horizon > 0")
+        require(
+            math.isfinite(self.t_max) and self.t_max > 0,
+            "t_max",
+            self.t_max,
+            "a finite horizon > 0",
+        )
+
+    def sizes(self) -> tuple[int, int, float]:
+        """Seeds, saved times and horizon of the run (--quick: 1, 1000 and 2500)."""
+        return (
+            self.quick_or("flow.seeds", 1),
+            self.quick_or("flow.samples", 1000),
+            self.quick_or("t_max", 2500.0),
+        )
 
 
 def compute(cfg: CyclesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pi, P = cfg.flow.chain()
     pred = predictions(pi, P, cfg.flow.eps)
-    n_seeds, samples, t_max = (
-        (1, 1000, 2500.0) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples, cfg.t_max)
-    )
+    n_seeds, samples, t_max = cfg.sizes()
     data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples, progress=not cfg.quiet)
     onsets = run_onsets(data)
     data = data[

@@ -20,7 +20,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import FlowSetting
+from figures.focus_dilution.common import MAX_HORIZON, FlowSetting
 from simulate.focus_dilution.flow import solve_flow, time_grid
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.predictions import predictions
@@ -54,6 +54,12 @@ class SamePiConfig(FigureOptions):
         )
         require(self.mh_chains >= 0, "mh_chains", self.mh_chains, "an integer >= 0")
         require(
+            1 < self.horizon <= MAX_HORIZON,
+            "horizon",
+            self.horizon,
+            f"a multiple in (1, {MAX_HORIZON}] of each chain's t_IV",
+        )
+        require(
             len(self.lambdas) + self.mh_chains >= 2,
             "lambdas",
             self.lambdas,
@@ -62,18 +68,22 @@ class SamePiConfig(FigureOptions):
 
     def chains(self) -> dict[str, np.ndarray]:
         pi = np.asarray(self.flow.pi)
-        lambdas, mh = ((0.5, 0.8), 1) if self.quick else (self.lambdas, self.mh_chains)
+        lambdas, mh = self.quick_or("lambdas", (0.5, 0.8)), self.quick_or("mh_chains", 1)
         out = {f"lazy lambda = {lam:g}": transition_matrix(pi, lam) for lam in lambdas}
         for k in range(mh):
             U = np.random.default_rng(k).uniform(size=(pi.size, pi.size))
             out[f"MH chain {k}"] = reversible_transition(pi, (U + U.T) / (2 * pi.size))
         return out
 
+    def sizes(self) -> tuple[int, int]:
+        """Init seeds and saved times of each chain's run (--quick: 1 and 800)."""
+        return self.quick_or("flow.seeds", 1), self.quick_or("flow.samples", 800)
+
 
 def compute(cfg: SamePiConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pi = np.asarray(cfg.flow.pi)
     chains = cfg.chains()
-    samples = 800 if cfg.quick else cfg.flow.samples
+    n_seeds, samples = cfg.sizes()
     preds = {name: predictions(pi, P, cfg.flow.eps) for name, P in chains.items()}
     for name, p in preds.items():
         require(
@@ -83,7 +93,7 @@ def compute(cfg: SamePiConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             f"a chain with Stage-II rate c_P > 0 (c_P = {p['c']:.3g}: no focus stage)",
         )
     names = list(chains)
-    seeds = cfg.flow.seed_ids[: 1 if cfg.quick else cfg.flow.seeds]
+    seeds = cfg.flow.seed_ids[:n_seeds]
     runs = [(n, s) for n in names for s in seeds]
     grids = [
         time_grid(cfg.horizon * preds[n]["onsets"][3], samples, t_dense=300.0) for n, _ in runs

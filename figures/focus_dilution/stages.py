@@ -22,7 +22,13 @@ from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting, solve_setting
+from figures.focus_dilution.common import (
+    MAX_HORIZON,
+    STAGES,
+    TOKEN_COLORS,
+    FlowSetting,
+    solve_setting,
+)
 from simulate.focus_dilution.measure import (
     ONSET_RULES,
     PLATEAU_RULE,
@@ -33,6 +39,7 @@ from simulate.focus_dilution.measure import (
     run_onsets,
 )
 from simulate.focus_dilution.predictions import predictions
+from theory.validation import require
 
 FIGURE_ID = "focus-dilution-stages"
 
@@ -48,12 +55,24 @@ class StagesConfig(FigureOptions):
     horizon: float = 1.6
     """integrate to this multiple of the predicted Stage-IV onset t_IV."""
 
+    def __post_init__(self):
+        require(
+            1 < self.horizon <= MAX_HORIZON,
+            "horizon",
+            self.horizon,
+            f"a multiple in (1, {MAX_HORIZON}] of t_IV",
+        )
+
+    def sizes(self) -> tuple[int, int]:
+        """Seeds and saved times of the run (--quick: 1 and 800)."""
+        return self.quick_or("flow.seeds", 1), self.quick_or("flow.samples", 800)
+
 
 def compute(cfg: StagesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pi, P = cfg.flow.chain()
     pred = predictions(pi, P, cfg.flow.eps)
     t_max = cfg.horizon * pred["onsets"][3]
-    n_seeds, samples = (1, 800) if cfg.quick else (cfg.flow.seeds, cfg.flow.samples)
+    n_seeds, samples = cfg.sizes()
     data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples, progress=not cfg.quiet)
     onsets = run_onsets(data)
     data["onset"] = (("run", "stage"), onsets)

@@ -23,7 +23,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import STAGES, FlowSetting
+from figures.focus_dilution.common import MAX_HORIZON, STAGES, FlowSetting
 from simulate.focus_dilution.flow import (
     solve_flow,
     stage_four_point,
@@ -78,16 +78,26 @@ class SymmetryConfig(FigureOptions):
             f"two or more asymmetries in [0, {r:.4g}), at least one > 0",
         )
         require(
-            self.horizon > 1 and self.stall_horizon >= 1,
+            1 < self.horizon <= MAX_HORIZON,
             "horizon",
             self.horizon,
-            "a multiple > 1 of t_IV",
+            f"a multiple in (1, {MAX_HORIZON}] of t_IV",
+        )
+        require(
+            1 <= self.stall_horizon <= MAX_HORIZON,
+            "stall_horizon",
+            self.stall_horizon,
+            f"a multiple in [1, {MAX_HORIZON}] of the longest horizon",
         )
 
-    def grid(self):
-        if self.quick:
-            return tuple(x for x in (0.0, 0.01, 0.02, 0.04)), 1, 600
-        return tuple(self.deltas), self.flow.seeds, self.flow.samples
+    def grid(self) -> tuple[tuple[float, ...], int, int]:
+        """Deltas, seeds per delta and saved times per run (--quick: 0, 0.01, 0.02, 0.04; 1;
+        600)."""
+        return (
+            tuple(self.quick_or("deltas", (0.0, 0.01, 0.02, 0.04))),
+            self.quick_or("flow.seeds", 1),
+            self.quick_or("flow.samples", 600),
+        )
 
 
 def compute(cfg: SymmetryConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

@@ -68,9 +68,10 @@ class TextConfig(FigureOptions):
         require(t.source == "text", "source", t.source, "text")
         require(t.vocab >= 10, "vocab", t.vocab, "at least 10 types")
         require(t.s >= 2, "context", t.context, "a context length >= 2")
+        self.training()  # the run as resolved (--quick included) is valid before any compute
 
     def training(self) -> training.FocusDilutionConfig:
-        t = replace(self.train, **QUICK) if self.quick else self.train
+        t = self.quick_setting("train", QUICK)
         rows = t.steps // t.log_every
         chunk = t.log_every * math.gcd(rows, max(1, 1000 // t.log_every))
         return replace(t, chunk=chunk, seeds=1)

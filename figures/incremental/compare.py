@@ -42,7 +42,7 @@ class CompareConfig(FigureOptions):
         batch = 512 if self.quick or not full else 2048
         return RegressionConfig(
             attention=attention,
-            seeds=1 if full else (2 if self.quick else self.flow.seeds),
+            seeds=1 if full else self.quick_or("flow.seeds", 2),
             batch=batch,
             validation=batch,
             steps=12_000,

@@ -41,15 +41,10 @@ BASELINE_RULE = (
     "learned c-gram baselines: trained once, online (online_batch fresh sequences "
     "per step), with the students' model, optimiser and learning rate"
 )
-QUICK = {
-    "vocab": 20,
-    "sizes": (300, 1000, 3000),
-    "batch": 512,
-    "online_batch": 512,
-    "validation": 512,
-    "steps": 600,
-}
-"""the CPU setting: d = 20, n in {300, 1000, 3000} + online 512, 600 steps."""
+QUICK = {"vocab": 20, "batch": 512, "validation": 512, "steps": 600}
+"""the students' CPU setting: d = 20, batch 512, validation 512, 600 steps."""
+QUICK_SIZES, QUICK_ONLINE_BATCH = (300, 1000, 3000), 512
+"""--quick: n in {300, 1000, 3000} + online 512."""
 ONLINE = 0
 """the ``size`` coordinate of the online run."""
 EXCESS_FLOOR = 1e-4
@@ -74,8 +69,7 @@ class DatasetSizeConfig(FigureOptions):
     online_batch: int = 3000
     """fresh sequences per step online (and for the baselines)."""
     baseline_steps: int | None = None
-    """steps of each learned baseline (the authors': 2000); None: the students' budget (ignored
-    with quick)."""
+    """steps of each learned baseline (the authors': 2000); None: the students' budget."""
 
     def __post_init__(self):
         require(
@@ -102,37 +96,27 @@ class DatasetSizeConfig(FigureOptions):
             self.student(n)
 
     def settings(self) -> dict:
-        t = self.train
-        mine = {
+        t = self.quick_setting("train", QUICK)
+        return {
             "vocab": t.vocab,
-            "sizes": self.sizes,
+            "sizes": self.quick_or("sizes", QUICK_SIZES),
             "batch": t.batch,
-            "online_batch": self.online_batch,
+            "online_batch": self.quick_or("online_batch", QUICK_ONLINE_BATCH),
             "validation": t.validation,
             "steps": t.steps,
         }
-        return {**mine, **QUICK} if self.quick else mine
 
     def _base(self) -> MarkovTrainConfig:
-        s = self.settings()
-        return replace(
-            self.train,
-            vocab=s["vocab"],
-            batch=s["batch"],
-            validation=s["validation"],
-            steps=s["steps"],
-            seeds=1,
-        )
+        return replace(self.quick_setting("train", QUICK), seeds=1)
 
     def baseline_training(self) -> MarkovTrainConfig:
-        steps = self.baseline_steps if self.baseline_steps and not self.quick else None
         base = self._base()
         # only the baselines' final models are used: log once per chunk
         return replace(
             base,
             train_size=None,
             batch=self.settings()["online_batch"],
-            steps=steps or base.steps,
+            steps=self.baseline_steps or base.steps,
             log_every=base.chunk,
         )
 

@@ -81,8 +81,7 @@ class FullConfig(FigureOptions):
     """the student's training run (one seed; default Xavier initialisation of the authors, the
     paper's AdamW learning rate 0.003 for the full model)."""
     baseline_steps: int | None = None
-    """steps of each learned c-gram baseline (the authors': 2000); None: the student's budget
-    (ignored with quick)."""
+    """steps of each learned c-gram baseline (the authors': 2000); None: the student's budget."""
     map_steps: tuple[int, ...] = (0, 60, 300, 1000)
     """steps of the attention maps (the nearest logged steps are drawn)."""
 
@@ -102,17 +101,15 @@ class FullConfig(FigureOptions):
         self.baseline_training()  # validates the training settings before anything compiles
 
     def training(self) -> MarkovTrainConfig:
-        cfg = replace(self.train, seeds=1)
-        return replace(cfg, **QUICK) if self.quick else cfg
+        return replace(self.quick_setting("train", QUICK), seeds=1)
 
     def baseline_training(self) -> MarkovTrainConfig:
         cfg = self.training()
-        steps = self.baseline_steps if self.baseline_steps and not self.quick else cfg.steps
         # only the baselines' final models are used: log once per chunk
-        return replace(cfg, steps=steps, log_every=cfg.chunk)
+        return replace(cfg, steps=self.baseline_steps or cfg.steps, log_every=cfg.chunk)
 
     def drawn_map_steps(self) -> tuple[int, ...]:
-        return QUICK_MAP_STEPS if self.quick else tuple(self.map_steps)
+        return tuple(self.quick_or("map_steps", QUICK_MAP_STEPS))
 
 
 def compute(cfg: FullConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

@@ -23,6 +23,9 @@ from simulate.incremental.markov_reduction import match_heads, ode_block_mass
 from simulate.incremental.markov_training import MarkovTrainConfig, split_step
 from simulate.store import load
 
+QUICK = {"vocab": 20, "batch": 256, "validation": 256, "steps": 1000}
+"""--quick: d = 20, 256 sequences per step and for validation, 1000 steps."""
+
 
 @dataclass(frozen=True)
 class HeadDynamicsConfig(FigureOptions):
@@ -33,11 +36,11 @@ class HeadDynamicsConfig(FigureOptions):
     """the training run (one seed; the teacher's Q_k Gram-Schmidted in the Frobenius inner
     product, the authors' setting)."""
 
+    def __post_init__(self):
+        self.training()  # the run as resolved (--quick included) is valid before any compute
+
     def training(self) -> MarkovTrainConfig:
-        cfg = replace(self.train, seeds=1)
-        if self.quick:
-            cfg = replace(cfg, vocab=20, batch=256, validation=256, steps=1000)
-        return cfg
+        return replace(self.quick_setting("train", QUICK), seeds=1)
 
 
 def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

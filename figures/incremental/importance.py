@@ -24,6 +24,7 @@ from figures.incremental.init_scale import SweepConfig, draw_sweep, run_row, tra
 from simulate.incremental.markov_training import LADDER_RULE, MarkovTrainConfig
 from simulate.incremental.training_stages import STAGE1_RULE, stage1_step
 from simulate.measure.fits import loglog_slope
+from theory.incremental.heads import check_ratio
 from theory.validation import require
 
 ANCHOR_M = 1.7
@@ -48,6 +49,8 @@ class ImportanceConfig(SweepConfig):
             "two or more importance ratios m > 0",
         )
         require(len(set(self.ratios)) == len(self.ratios), "ratios", self.ratios, "distinct ratios")
+        for m in self.ratios:
+            check_ratio("ratios", m, len(self.train.blocks))
         q = self.train.query_scale
         require(
             q is not None and np.isfinite(q) and q > 0,

@@ -34,6 +34,8 @@ from theory.validation import require
 
 FLOAT64_AT_OR_BELOW = 1e-6
 """q in (0, 1e-6] trains in float64 (spec §4: repeat q <= 1e-6 in float64)."""
+QUICK = {"batch": 256, "validation": 256, "steps": 1000}
+"""--quick: 256 sequences per step and for validation, 1000 steps."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,7 @@ class SweepConfig(FigureOptions):
     """the shared training setting (spans 2, 2, 2, m = 1.7, online 512/step, 1500 steps)."""
 
     def base(self) -> MarkovTrainConfig:
-        cfg = replace(self.train, seeds=1)
-        if self.quick:
-            cfg = replace(cfg, batch=256, validation=256, steps=1000)
-        return cfg
+        return replace(self.quick_setting("train", QUICK), seeds=1)
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,7 @@ class InitScaleConfig(SweepConfig):
             "one or more query-init scales >= 0",
         )
         require(len(set(self.scales)) == len(self.scales), "scales", self.scales, "distinct scales")
+        self.base()  # the runs as resolved (--quick included) are valid before any compute
 
     def runs(self) -> dict[str, MarkovTrainConfig]:
         base = self.base()

@@ -40,6 +40,10 @@ from simulate.incremental.training_stages import (
 from simulate.store import load, read_summary
 from theory.validation import require
 
+QUICK = {"train_size": None, "batch": 256, "validation": 256, "steps": 1000}
+"""--quick: online, 256 fresh sequences per step, 256 validation sequences, 1000 steps."""
+QUICK_MAP_STEPS = (0, 300, 600, 1000)
+
 
 @dataclass(frozen=True)
 class MinimalConfig(FigureOptions):
@@ -56,21 +60,19 @@ class MinimalConfig(FigureOptions):
     """steps whose attention maps are drawn (the nearest logged steps)."""
 
     def __post_init__(self):
+        steps = self.training().steps  # the run as resolved (--quick included)
         require(
-            len(self.map_steps) > 0 and all(0 <= s <= self.train.steps for s in self.map_steps),
+            len(self.map_steps) > 0 and all(0 <= s <= steps for s in self.map_steps),
             "map_steps",
             self.map_steps,
-            f"one or more steps in [0, steps = {self.train.steps}]",
+            f"one or more steps in [0, steps = {steps}]",
         )
 
     def training(self) -> MarkovTrainConfig:
-        cfg = replace(self.train, seeds=1)
-        if self.quick:
-            cfg = replace(cfg, train_size=None, batch=256, validation=256, steps=1000)
-        return cfg
+        return replace(self.quick_setting("train", QUICK), seeds=1)
 
     def maps_at(self) -> tuple[int, ...]:
-        return (0, 300, 600, 1000) if self.quick else self.map_steps
+        return self.quick_or("map_steps", QUICK_MAP_STEPS)
 
 
 def compute(cfg: MinimalConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

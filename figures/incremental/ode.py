@@ -27,7 +27,7 @@ def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     """Solve the ODE (noisy seeds, the untied eps = 0 start, the symmetric subspace) and measure
     the stages; returns the data the figure draws and the summary."""
     setting = cfg.setting()
-    seeds = 1 if cfg.quick else cfg.seeds
+    seeds = cfg.noise_seeds
     seed_ids = [cfg.seed + i for i in range(seeds)]
     levels = plateau_levels(setting)
     batch = solve(

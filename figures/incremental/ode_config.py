@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from figures.core.options import FigureOptions
@@ -20,7 +21,17 @@ class HeadOdeConfig(FigureOptions, HeadSystemOptions, Seeds):
     def __post_init__(self):
         HeadSystemOptions.__post_init__(self)
         Seeds.__post_init__(self)
-        require(self.t_max is None or self.t_max > 0, "t_max", self.t_max, "a time > 0")
+        require(
+            self.t_max is None or (math.isfinite(self.t_max) and self.t_max > 0),
+            "t_max",
+            self.t_max,
+            "a finite time > 0",
+        )
+
+    @property
+    def noise_seeds(self) -> int:
+        """Noisy starts solved (--quick: one)."""
+        return self.quick_or("seeds", 1)
 
     @property
     def horizon(self) -> float:

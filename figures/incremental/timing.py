@@ -26,7 +26,7 @@ from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.fits import linear_slope
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time
 from simulate.runner import Seeds
-from theory.incremental.heads import METRICS, HeadSetting
+from theory.incremental.heads import METRICS, HeadSetting, ratio_range
 from theory.incremental.stages import asymptotic_sqrt_slope, predict_stages
 from theory.validation import require
 
@@ -56,17 +56,19 @@ class TimingConfig(FigureOptions):
     256 sequences per step, 1000 steps)."""
 
     def __post_init__(self):
+        # the stage law runs on ln(1/eps)
         require(
-            len(self.eps) > 0 and all(e > 0 for e in self.eps),
+            len(self.eps) > 0 and all(0 < e < 1 for e in self.eps),
             "eps",
             self.eps,
-            "one or more noise scales > 0",
+            "one or more noise scales in (0, 1)",
         )
+        _, hi = ratio_range(len(HeadSetting().blocks))
         require(
-            len(self.m) > 0 and all(x > 1 for x in self.m),
+            len(self.m) > 0 and all(1 < x <= hi for x in self.m),
             "m",
             self.m,
-            "one or more importance ratios > 1",
+            f"one or more importance ratios in (1, {hi:.3g}] (m^(h-1) squared finite in float64)",
         )
         require(
             all(x in METRICS for x in self.metrics),
@@ -75,11 +77,19 @@ class TimingConfig(FigureOptions):
             f"a subset of {METRICS}",
         )
         HeadSetting(heads=self.heads, window=self.window)
+        self.training_grid()  # the grid as resolved (--quick included) is valid before any compute
 
-    def grid(self):
-        if self.quick:
-            return (1.5, 2.0), (1e-3, 1e-6, 1e-9), 1
-        return self.m, self.eps, self.noise.seeds
+    def grid(self) -> tuple[tuple[float, ...], tuple[float, ...], int]:
+        """m, eps and noise seeds of the ODE half (--quick: 1.5, 2.0; 1e-3, 1e-6, 1e-9; 1)."""
+        return (
+            self.quick_or("m", (1.5, 2.0)),
+            self.quick_or("eps", (1e-3, 1e-6, 1e-9)),
+            self.quick_or("noise.seeds", 1),
+        )
+
+    def training_grid(self) -> training_half.TrainingGrid:
+        """The training half's grid (--quick: ``timing_training.QUICK``)."""
+        return self.quick_setting("train", training_half.QUICK)
 
 
 def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
@@ -186,7 +196,7 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         "timing": timing,
     }
     if cfg.training:
-        grid = cfg.train.quick() if cfg.quick else cfg.train
+        grid = cfg.training_grid()
         train_data, summary["training"] = training_half.training_timing(
             grid, run_dir / "training", cfg.quiet
         )

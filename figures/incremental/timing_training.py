@@ -13,7 +13,7 @@ then used unchanged at every other point: only the trends in q and m are predict
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,18 @@ from simulate.incremental.training_stages import (
 from simulate.runner import RunOutput
 from simulate.store import load, read_summary
 from theory.validation import require
+
+QUICK = {
+    "q": (1e-3, 1e-7),
+    "m": (1.5, 1.7),
+    "seeds": 1,
+    "batch": 256,
+    "validation": 256,
+    "steps": 1000,
+}
+"""CPU-sized grid. d stays 50: at d = 20 the truncated teacher A*_1 of teacher seed 0 is worse than
+uniform prediction (validation loss 3.35 > ln 20 at m = 1.7), so the stage-1 midpoint lies above
+the initial loss and the KL ladder starts at A*_{1:3}."""
 
 
 @dataclass(frozen=True)
@@ -78,14 +90,6 @@ class TrainingGrid:
         )
         require(self.t_max > 0, "train.t_max", self.t_max, "an ODE time > 0")
         self.config(self.q[0], self.m[0])  # validates the sizes
-
-    def quick(self) -> TrainingGrid:
-        """CPU-sized grid. d stays 50: at d = 20 the truncated teacher A*_1 of teacher seed 0 is
-        worse than uniform prediction (validation loss 3.35 > ln 20 at m = 1.7), so the stage-1
-        midpoint lies above the initial loss and the KL ladder starts at A*_{1:3}."""
-        return replace(
-            self, q=(1e-3, 1e-7), m=(1.5, 1.7), seeds=1, batch=256, validation=256, steps=1000
-        )
 
     def config(self, q: float, m: float) -> MarkovTrainConfig:
         return MarkovTrainConfig(

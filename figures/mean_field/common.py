@@ -4,9 +4,10 @@ setting, and the training run in a subdirectory of the figure's run directory.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 import xarray as xr
 
@@ -36,11 +37,16 @@ class TrainedFigureOptions(FigureOptions):
 
     train: Annotated[MeanFieldConfig, Flat] = MeanFieldConfig()
     """the training run (spec §4 defaults)."""
+    quick_train: ClassVar[Mapping[str, Any]] = QUICK
+    """the quick setting of ``train`` (a figure may change it)."""
+
+    def __post_init__(self) -> None:
+        self.training()  # the run as resolved (--quick included) is valid before any compute
 
     def training(self, **overrides) -> MeanFieldConfig:
         """The experiment config this figure trains: ``train``, in the quick setting with
         ``--quick``, then ``overrides``."""
-        cfg = replace(self.train, **QUICK) if self.quick else self.train
+        cfg = self.quick_setting("train", self.quick_train)
         return replace(cfg, **overrides) if overrides else cfg
 
 

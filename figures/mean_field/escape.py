@@ -10,9 +10,10 @@ lambda against the restoring rate ``kappa`` of the escape mode, with the LQ pred
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import xarray as xr
@@ -20,7 +21,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import Flat
 from figures.core.output import format_table
-from figures.mean_field.common import TrainedFigureOptions, train
+from figures.mean_field.common import QUICK, TrainedFigureOptions, train
 from simulate.mean_field.training import MeanFieldConfig, escape, mean_linear_response
 from simulate.measure.fits import loglog_slope_last_two
 from theory.mean_field.energy import lq_width, validate_beta, validate_tau
@@ -45,8 +46,14 @@ class EscapeConfig(TrainedFigureOptions):
     """noise levels, at beta = the config's beta."""
     extra_betas: tuple[float, ...] = (1.0, 4.0)
     """further inverse temperatures, at tau = the config's tau (quick: none)."""
+    quick_train: ClassVar[Mapping[str, Any]] = {
+        **QUICK,
+        "steps": QUICK_STEPS,
+        "chunk": QUICK_STEPS,
+    }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require(len(self.taus) >= 1, "taus", self.taus, "one or more noise levels")
         for t in self.taus:
             validate_tau(t)
@@ -56,10 +63,8 @@ class EscapeConfig(TrainedFigureOptions):
     def cases(self) -> list[tuple[float, float]]:
         """(beta, tau) of the training runs."""
         beta, tau = self.train.beta, self.train.tau
-        cases = [(beta, t) for t in self.taus]
-        if not self.quick:
-            cases += [(b, tau) for b in self.extra_betas if b != beta]
-        return cases
+        extra = self.quick_or("extra_betas", ())
+        return [(beta, t) for t in self.taus] + [(b, tau) for b in extra if b != beta]
 
 
 def compute(cfg: EscapeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
@@ -67,8 +72,7 @@ def compute(cfg: EscapeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     esc, esc_std, held, width, grams, kappas, e2_0 = [], [], [], [], [], [], []
     per_case = {}
     for beta, tau in cases:
-        quick = {"steps": QUICK_STEPS, "chunk": QUICK_STEPS} if cfg.quick else {}
-        training = cfg.training(beta=beta, tau=tau, **quick)
+        training = cfg.training(beta=beta, tau=tau)
         ds, train_summary = train(cfg, training, run_dir, f"beta{beta:g}_tau{tau:g}")
         e = escape(ds).isel(step=-1)
         h = escape(ds, heldout=True).isel(step=-1)

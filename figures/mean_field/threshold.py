@@ -15,7 +15,7 @@ Depth and steps are set in units of ``1/tau_c(beta)``: the growth rate of mode 1
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -70,7 +70,7 @@ class ThresholdConfig(FigureOptions):
 
     def resolved(self) -> ThresholdSetting:
         """The setting that runs: ``setting``, or its quick version with ``--quick``."""
-        return replace(self.setting, **QUICK) if self.quick else self.setting
+        return self.quick_setting("setting", QUICK)
 
 
 def compute(cfg: ThresholdConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

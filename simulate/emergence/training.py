@@ -39,12 +39,14 @@ from simulate.emergence.measurements import (
     solved,
 )
 from simulate.emergence.models import CausalMixer, CausalTransformer
-from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
 from simulate.store import load
 from simulate.train import Problem, TrainResult
 from theory.validation import require
 
 NAME = "emergence"
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+"""the attention bias is added to float32 logits."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class EmergenceConfig(RunOptions):
 
     def __post_init__(self) -> None:
         RunOptions.__post_init__(self)
+        Seeds.check_seed("task_seed", self.task_seed)
         require(self.task in ("linear_map", "ca"), "task", self.task, "linear_map or ca")
         if self.task == "linear_map":
             tasks.check_linear_map(self.S, self.s, self.n_states)
@@ -105,10 +108,10 @@ class EmergenceConfig(RunOptions):
         require(self.heads >= 1, "heads", self.heads, "an integer >= 1")
         require(self.head_dim >= 1, "head_dim", self.head_dim, "an integer >= 1")
         require(
-            math.isfinite(self.attention_bias),
+            abs(self.attention_bias) <= FLOAT32_MAX,
             "attention_bias",
             self.attention_bias,
-            "a finite logit bias (0: off)",
+            f"a logit bias |c| <= {FLOAT32_MAX:.4g}, finite in float32 (0: off)",
         )
         require(
             self.model == "transformer" or self.attention_bias == 0,
@@ -118,7 +121,12 @@ class EmergenceConfig(RunOptions):
         )
         require(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a learning rate > 0")
         require(self.warmup >= 0, "warmup", self.warmup, "steps >= 0")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a value >= 0")
+        require(
+            math.isfinite(self.weight_decay) and self.weight_decay >= 0,
+            "weight_decay",
+            self.weight_decay,
+            "a finite value >= 0",
+        )
         require(
             self.batch is None or self.batch >= 1, "batch", self.batch, "None or an integer >= 1"
         )

@@ -301,8 +301,9 @@ def _manifold_solve(x0, pi, P, t_end, rest_tol, *, max_steps):
         stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-12),
         event=event,
         max_steps=max_steps,
+        throw=False,
     )
-    return sol.ts, sol.ys
+    return sol.ts, sol.ys, sol.result != diffrax.RESULTS.max_steps_reached
 
 
 def manifold_trajectory(
@@ -324,13 +325,22 @@ def manifold_trajectory(
         if t_end is None
         else float(t_end)
     )
-    ts, xs = _manifold_solve(
+    rate = float(stage_two_rate(pi, P))
+    ts, xs, solved = _manifold_solve(
         jnp.asarray(second_point_state(pi, kappa_seed)),
         jnp.asarray(pi),
         jnp.asarray(P, float),
         horizon,
         float(rest_tol),
         max_steps=max_steps,
+    )
+    # a slow Stage II (small repeat probability) can need more steps than the budget
+    require(
+        bool(solved),
+        "lam",
+        round(float((np.asarray(P)[0, 0] - pi[0]) / (1 - pi[0])), 12),  # P = lam I + (1-lam) 1 pi^T
+        f"a chain whose manifold flow comes to rest within {max_steps} solver steps (Stage-II "
+        f"rate c = {rate:.3g} is too slow here; a larger lambda)",
     )
     keep = np.isfinite(np.asarray(ts))
     return np.asarray(ts)[keep], np.asarray(xs)[keep]

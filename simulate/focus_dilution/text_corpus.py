@@ -17,15 +17,21 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from theory.validation import require
+from theory.validation import ConfigError, require
 
 UNKNOWN = "<unk>"
 NEWLINE = "<nl>"
 BUNDLED = "pydoc_data.topics (CPython's English reference texts for help())"
+MIN_LETTERS = 10
+"""prose has at least this many distinct letters (random bytes that happen to decode do not)."""
+MAX_CONTROL_FRACTION = 0.01
+"""prose has at most this fraction of control characters (tab, line breaks, form feed aside)."""
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _TOKEN = re.compile(r"\n\s*\n|[a-z]+(?:'[a-z]+)*|[0-9]+|[^\sa-z0-9]")
 
 
@@ -42,6 +48,46 @@ def bundled_text() -> str:
         )
 
     return "\n\n".join(prose(topics[k]) for k in sorted(topics))
+
+
+def check_text_file(path: Path) -> None:
+    """Raise a ``ConfigError`` naming ``path`` unless it is a readable file of UTF-8 prose."""
+    path = Path(path)
+    require(path.is_file(), "text", str(path), "a readable local text file")
+    stat = path.stat()
+    _check_text(str(path), str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _check_text(path: str, resolved: str, mtime_ns: int, size: int) -> None:
+    """``check_text_file`` once per file version (configs are rebuilt several times per run)."""
+    del mtime_ns, size  # the cache key: a changed file is checked again
+    try:
+        data = Path(resolved).read_bytes()
+    except OSError as err:
+        raise ConfigError("text", path, f"a readable local text file ({err.strerror})") from None
+    require(len(data) > 0, "text", path, "a UTF-8 text file with prose (this one is empty)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            "text", path, f"a UTF-8 text file (byte {err.start} is not UTF-8: {err.reason})"
+        ) from None
+    control = len(_CONTROL.findall(text))
+    require(
+        control <= MAX_CONTROL_FRACTION * len(text),
+        "text",
+        path,
+        f"prose: at most {MAX_CONTROL_FRACTION:.0%} control characters (this file has "
+        f"{control} of {len(text)}: binary data?)",
+    )
+    letters = sum(1 for c in set(text) if c.isalpha())
+    require(
+        letters >= MIN_LETTERS,
+        "text",
+        path,
+        f"prose: at least {MIN_LETTERS} distinct letters (this file has {letters})",
+    )
 
 
 def tokenize(text: str) -> list[str]:
@@ -96,9 +142,8 @@ def load_corpus(path: Path | None, vocab: int, min_tokens: int = 1000) -> Corpus
     if path is None:
         text, source = bundled_text(), BUNDLED
     else:
-        path = Path(path)
-        require(path.is_file(), "text", str(path), "a readable local text file")
-        text, source = path.read_text(encoding="utf-8", errors="replace"), str(path)
+        check_text_file(path)
+        text, source = Path(path).read_text(encoding="utf-8"), str(path)
     tokens = tokenize(text)
     require(
         len(tokens) >= min_tokens,

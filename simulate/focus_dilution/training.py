@@ -26,7 +26,7 @@ norms, ``W0``); for text, the key-type attention distribution and entropy of eac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -39,13 +39,12 @@ import xarray as xr
 
 from simulate.focus_dilution.flow import OBS_DIMS, initial_parameters, observables
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
-from simulate.focus_dilution.text_corpus import Corpus, load_corpus, tokenize
-from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.focus_dilution.text_corpus import Corpus, check_text_file, load_corpus, tokenize
+from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
 from simulate.train import Problem, TrainResult
 from theory.focus_dilution.population import (
     Parameters,
     transition_matrix,
-    validate_lambda,
     validate_pi,
 )
 from theory.focus_dilution.stages import entropy
@@ -55,6 +54,13 @@ NAME = "focus-dilution"
 TEXT_QUERIES = ("continue", "the", ",", "a", "been", "<nl>")
 """spec §7: the WikiText query "continue", the TinyStories queries [the, comma, a, been] (and
 "full", rare in the bundled text), plus the paragraph break."""
+
+
+SOURCE_OPTIONS = {
+    "markov": ("pi", "lam", "train_size"),
+    "text": ("text", "vocab", "queries", "probe"),
+}
+"""the options only one source reads (set away from its default with the other, an error)."""
 
 
 @dataclass(frozen=True)
@@ -110,10 +116,26 @@ class FocusDilutionConfig(RunOptions):
 
     def __post_init__(self):
         RunOptions.__post_init__(self)
+        Seeds.check_seed("data_seed", self.data_seed)
         object.__setattr__(self, "pi", tuple(float(p) for p in self.pi))
         require(self.source in ("markov", "text"), "source", self.source, "markov or text")
+        if self.text is not None:
+            # a text file means the text source: markov, the default, cannot have been meant
+            object.__setattr__(self, "source", "text")
+            object.__setattr__(self, "text", Path(self.text))
+            check_text_file(self.text)
+        defaults = {f.name: f.default for f in fields(FocusDilutionConfig)}
+        for name in SOURCE_OPTIONS["markov" if self.source == "text" else "text"]:
+            require(
+                getattr(self, name) == defaults[name],
+                name,
+                getattr(self, name),
+                f"its default {defaults[name]!r} with source = {self.source} "
+                f"(it applies to the {'markov' if self.source == 'text' else 'text'} source only)",
+            )
         validate_pi(self.pi)
-        validate_lambda(self.lam)
+        # named after the option --lam (theory's validate_lambda names it lambda)
+        require(0 <= self.lam < 1, "lam", self.lam, "lambda, a repeat probability in [0, 1)")
         require(
             self.context is None or self.context >= 1,
             "context",
@@ -144,14 +166,6 @@ class FocusDilutionConfig(RunOptions):
         require(self.validation >= 1, "validation", self.validation, "an integer >= 1")
         require(self.vocab >= 2, "vocab", self.vocab, "at least 2 types")
         require(self.probe >= 1, "probe", self.probe, "an integer >= 1")
-        require(
-            self.text is None or Path(self.text).is_file(),
-            "text",
-            str(self.text),
-            "None (the bundled text) or a readable local text file",
-        )
-        if self.text is not None:
-            object.__setattr__(self, "text", Path(self.text))
 
     @property
     def s(self) -> int:

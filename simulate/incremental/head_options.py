@@ -22,11 +22,12 @@ class HeadSystemOptions(HeadSetting):
 
     def __post_init__(self):
         super().__post_init__()
+        # the stage law runs on ln(1/eps): eps >= 1 would give a plateau of negative length
         require(
-            self.eps is None or (math.isfinite(self.eps) and self.eps >= 0),
+            self.eps is None or (math.isfinite(self.eps) and 0 <= self.eps < 1),
             "eps",
             self.eps,
-            "a noise scale >= 0",
+            "a noise scale in [0, 1) (0: exactly equal heads)",
         )
 
     def setting(self) -> HeadSetting:

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theory.incremental.heads import TARGET_RANGE, check_ratio
 from theory.validation import require
 
 
@@ -47,17 +48,25 @@ class MarkovSetting:
             self.blocks,
             "one or more block sizes >= 1",
         )
-        require(np.isfinite(self.m) and self.m > 0, "m", self.m, "an importance ratio > 0")
-        require(np.isfinite(self.tau) and self.tau > 0, "tau", self.tau, "a temperature > 0")
+        check_ratio("m", self.m, len(blocks))
+        lo, hi = TARGET_RANGE
+        # the teacher's logits are c_k / tau, c_k <= 1e150 by the range of m: finite in float64
+        require(
+            np.isfinite(self.tau) and lo <= self.tau <= hi,
+            "tau",
+            self.tau,
+            f"a temperature in [{lo:g}, {hi:g}]",
+        )
         require(self.generated >= 1, "generated", self.generated, "an integer >= 1")
         if self.alpha is not None:
             require(
                 len(set(self.blocks)) == 1
                 and len(self.alpha) == self.blocks[0]
-                and all(a > 0 for a in self.alpha),
+                and all(a > 0 for a in self.alpha)
+                and np.isfinite(sum(self.alpha)),  # normalised by their sum
                 "alpha",
                 self.alpha,
-                "positive weights, one per lag of a block (all blocks of equal size)",
+                "finite positive weights, one per lag of a block (all blocks of equal size)",
             )
 
     @property

@@ -42,7 +42,7 @@ from simulate.incremental.markov_task import (
     teacher_log_probs,
 )
 from simulate.incremental.minimal_transformer import MinimalTransformer, init_minimal
-from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
 from simulate.store import RunStore, jsonable, read_summary
 from simulate.train import Problem, TrainResult
 from theory.validation import require
@@ -60,6 +60,9 @@ PLAIN_LR = {"sgd": 0.2, "gd": 0.2}
 """SGD: the paper's appendix value (§4); GD: the same, a project choice."""
 FLOAT64_BELOW = 1e-6
 """query scales 0 < q below this train in float64 under ``precision = auto`` (§8.6)."""
+OPTIMIZER_OPTIONS = {"momentum": ("sgd",), "weight_decay": ("adamw",), "clip": ("adamw", "sgd")}
+"""the optimizers each optimizer-specific option applies to (set away from its default with any
+other it would be silently ignored)."""
 TEACHER_FIELDS = (*(f.name for f in fields(MarkovSetting)), "teacher_seed")
 """what a baseline must share with the student."""
 
@@ -117,6 +120,7 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     def __post_init__(self) -> None:
         MarkovSetting.__post_init__(self)
         RunOptions.__post_init__(self)
+        Seeds.check_seed("teacher_seed", self.teacher_seed)
         # a resumed config comes back from JSON with strings
         object.__setattr__(self, "baselines", tuple(Path(p) for p in self.baselines))
         require(self.model in ("minimal", "full"), "model", self.model, "minimal or full")
@@ -161,8 +165,27 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
             "a learning rate > 0, or None for the paper's",
         )
         require(0 <= self.momentum < 1, "momentum", self.momentum, "a value in [0, 1)")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a value >= 0")
-        require(self.clip > 0, "clip", self.clip, "a global norm > 0")
+        require(
+            math.isfinite(self.weight_decay) and self.weight_decay >= 0,
+            "weight_decay",
+            self.weight_decay,
+            "a finite value >= 0",
+        )
+        require(
+            math.isfinite(self.clip) and self.clip > 0,
+            "clip",
+            self.clip,
+            "a finite global norm > 0",
+        )
+        defaults = {f.name: f.default for f in fields(MarkovTrainConfig)}
+        for name, users in OPTIMIZER_OPTIONS.items():
+            require(
+                self.optimizer in users or getattr(self, name) == defaults[name],
+                name,
+                getattr(self, name),
+                f"its default {defaults[name]} with optimizer = {self.optimizer} "
+                f"(it applies to {' and '.join(users)} only)",
+            )
         require(
             self.train_size is None or self.train_size >= 1,
             "train_size",

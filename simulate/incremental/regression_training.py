@@ -22,7 +22,7 @@ import optax
 
 from simulate.incremental.markov_task import MarkovSetting, teacher
 from simulate.incremental.regression_task import lag_matrix, moment_error, sample_inputs, targets
-from simulate.runner import RunOptions, RunOutput, run_experiment
+from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
 from simulate.train import Problem, TrainResult, seed_streams
 from theory.incremental.reduction import ASSUMPTIONS, reduced_setting, reduced_state, value_scale
 from theory.validation import require
@@ -76,6 +76,7 @@ class RegressionConfig(RunOptions):
 
     def __post_init__(self):
         RunOptions.__post_init__(self)
+        Seeds.check_seed("teacher_seed", self.teacher_seed)
         self.task()  # validates vocab, blocks, m, alpha
         require(
             self.length >= sum(self.blocks),

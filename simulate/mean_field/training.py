@@ -38,7 +38,13 @@ import optax
 from simulate.mean_field import flow as mff
 from simulate.runner import RunOptions, RunOutput, run_experiment
 from simulate.train import Problem, TrainResult, seed_streams
-from theory.mean_field.energy import terminal_width, validate_a, validate_beta, validate_tau
+from theory.mean_field.energy import (
+    terminal_width,
+    validate_a,
+    validate_beta,
+    validate_kernel,
+    validate_tau,
+)
 from theory.validation import require
 
 NAME = "mean-field"
@@ -50,6 +56,11 @@ WIDTH_RULE = (
     "terminal-layer width: depth at the output holding 90% of int_{T/2}^T ||W_t||^2 dt "
     "(the second half, so that an initial arc does not count)"
 )
+
+
+MAX_EULER_STEPS = 10**6
+"""the most Euler steps depth / dt of one forward pass (beyond, no run ends; at depth = 1e308
+the step count overflows)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,7 @@ class MeanFieldConfig(RunOptions):
         require(self.tokens >= 2, "tokens", self.tokens, "an integer >= 2")
         validate_beta(self.beta)
         validate_a(self.a)
+        validate_kernel(self.beta, self.a)
         validate_tau(self.tau)
         require(math.isfinite(self.depth) and self.depth > 0, "depth", self.depth, "a depth > 0")
         require(
@@ -128,6 +140,13 @@ class MeanFieldConfig(RunOptions):
             f"a step in (0, depth = {self.depth}]",
         )
         n = self.depth / self.dt
+        require(
+            n <= MAX_EULER_STEPS,
+            "depth",
+            self.depth,
+            f"a depth <= {MAX_EULER_STEPS:g} x dt = {MAX_EULER_STEPS * self.dt:g} "
+            f"(at most {MAX_EULER_STEPS:g} Euler steps of dt = {self.dt:g})",
+        )
         require(
             abs(n - round(n)) < 1e-9,
             "dt",
@@ -166,7 +185,12 @@ class MeanFieldConfig(RunOptions):
             f"a step in (0, lr = {self.lr}]",
         )
         require(self.angle_bins >= 2, "angle_bins", self.angle_bins, "an integer >= 2")
-        require(self.kde_kappa > 0, "kde_kappa", self.kde_kappa, "a concentration > 0")
+        require(
+            math.isfinite(self.kde_kappa) and self.kde_kappa > 0,
+            "kde_kappa",
+            self.kde_kappa,
+            "a finite concentration > 0",
+        )
         require(
             0 <= self.paths <= self.tokens,
             "paths",

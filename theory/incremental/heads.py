@@ -17,6 +17,7 @@ polynomial; the simplex constraint ``sum_i s_{k,i} = 1`` is declared as a linear
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +31,27 @@ from theory.validation import require
 
 METRICS = ("replicator", "logit")
 METRIC_POWER = {"replicator": 1, "logit": 2}
+TARGET_RANGE = (1e-150, 1e150)
+"""Bounds on every target entry m_j alpha_i: the loss and the stage formulas square them, and
+float64 keeps a square (and sums of a few) finite and nonzero only in this range."""
+
+
+def ratio_range(h: int) -> tuple[float, float]:
+    """The importance ratios m whose importances m^(h-1), ..., m, 1 lie in ``TARGET_RANGE``."""
+    k = max(h - 1, 1)
+    return TARGET_RANGE[0] ** (1 / k), TARGET_RANGE[1] ** (1 / k)
+
+
+def check_ratio(field: str, m: float, h: int) -> None:
+    """``m`` is a finite importance ratio > 0 in ``ratio_range(h)`` (h blocks)."""
+    lo, hi = ratio_range(h)
+    require(
+        math.isfinite(m) and lo <= m <= hi,
+        field,
+        m,
+        f"an importance ratio in [{lo:.3g}, {hi:.3g}] for h = {h} blocks "
+        f"(m^(h-1) squared must stay finite in float64)",
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +113,27 @@ class HeadSetting:
                 f"{sum(self.blocks)} finite weights > 0, one per lag in the blocks",
             )
         require(self.metric in METRICS, "metric", self.metric, f"one of {METRICS}")
+        self._check_target_range()
+
+    def _check_target_range(self) -> None:
+        """Every m_j alpha_i in ``TARGET_RANGE``, checked in logs (m^(h-1) itself may overflow)."""
+        if self.importances is None:
+            check_ratio("m", self.m, self.h)
+            log_m = [(self.h - 1 - j) * math.log(self.m) for j in range(self.h)]
+        else:
+            log_m = [math.log(x) for x in self.importances]
+        lo, hi = (math.log(x) for x in TARGET_RANGE)
+        log_a = [math.log(a) for a in self.alpha_values]
+        inside = all(lo <= log_m[j] + log_a[i] <= hi for j in range(self.h) for i in self.lags(j))
+        field, value = (
+            ("alpha", self.alpha) if self.alpha is not None else ("importances", self.importances)
+        )
+        require(
+            inside,
+            field,
+            value,
+            f"every target entry m_j alpha_i in [{TARGET_RANGE[0]:g}, {TARGET_RANGE[1]:g}]",
+        )
 
     @property
     def h(self) -> int:

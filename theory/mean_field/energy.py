@@ -49,9 +49,30 @@ ORDER_PARAMETER_RULE = (
 )
 
 
+MAX_KERNEL_EXPONENT = 700.0
+"""the largest exponent beta <x, A y> of the attention kernel: e^700 is near float64's largest
+number (its Bessel coefficients I_k(beta (1 + a) / 2) overflow beyond)."""
+
+
 def validate_beta(value) -> float:
-    require(math.isfinite(value) and value > 0, "beta", value, "an inverse temperature > 0")
+    require(
+        math.isfinite(value) and 0 < value <= MAX_KERNEL_EXPONENT,
+        "beta",
+        value,
+        f"an inverse temperature in (0, {MAX_KERNEL_EXPONENT:g}] (e^beta finite in float64)",
+    )
     return float(value)
+
+
+def validate_kernel(beta_value: float, a_value: float) -> None:
+    """The kernel's largest exponent, ``beta max(1, a)``, at most ``MAX_KERNEL_EXPONENT``."""
+    require(
+        beta_value * max(1.0, a_value) <= MAX_KERNEL_EXPONENT,
+        "a",
+        a_value,
+        f"at most {MAX_KERNEL_EXPONENT:g} / beta = {MAX_KERNEL_EXPONENT / beta_value:.4g} "
+        f"(e^(beta a) finite in float64)",
+    )
 
 
 def validate_tau(value) -> float:
@@ -126,6 +147,7 @@ def kernel_modes(
     I_l(b_-)`` with ``k = (m+n)/2``, ``l = (m-n)/2``. Cutoffs ``k_plus``, ``k_minus`` default to
     ``fourier_cutoff`` of ``b_+``, ``b_-`` (give them to fix the shapes across a sweep)."""
     beta_value, a_value = validate_beta(beta_value), validate_a(a_value)
+    validate_kernel(beta_value, a_value)
     bp, bm = beta_value * (1 + a_value) / 2, beta_value * (1 - a_value) / 2
     kp = fourier_cutoff(bp, tol) if k_plus is None else int(k_plus)
     km = fourier_cutoff(bm, tol) if k_minus is None else int(k_minus)
