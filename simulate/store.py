@@ -6,17 +6,21 @@
     checkpoint/      state.eqx (every leaf of the training state, equinox's
                      ``tree_serialise_leaves``) + meta.json (step, rows logged)
 
-    committed.json   {"rows": N}: the trajectory rows that are whole on disk
+    committed.json   {"rows": N}: the trajectory rows that are whole on disk ("all" for a
+                     trajectory written at once by ``write``)
     .lock            the pid of the process writing the run (absent when none is)
 
 Crash safety: at any instant of a SIGKILL or a power loss the directory is loadable up to its last
 committed chunk and resumable from its last checkpoint. Write order per chunk: every variable's rows
 are appended to trajectory.zarr and flushed to disk, then the chunk is committed by rewriting
 committed.json (temporary file, fsync, rename), then the checkpoint is written to a temporary
-directory and renamed. ``load`` reads only the committed rows (an append cut between two
-variables leaves them of different lengths; the rows past the commit are never read), and a
-resume keeps the rows up to the checkpoint and drops the rest (``truncate``, itself written
-aside and renamed). config.json and summary.json are written to a temporary file and renamed.
+directory and renamed (the first checkpoint precedes the first row, so committed rows always
+have one). A swap of a directory keeps the previous version as ``NAME.old`` until the new one is
+in place, and readers fall back to it. ``load`` reads only the committed rows (an append cut
+between two variables leaves them of different lengths; the rows past the commit are never
+read), and a resume keeps the rows up to the checkpoint and drops the rest (``truncate``, itself
+written aside and renamed). config.json and summary.json are written to a temporary file and
+renamed.
 """
 
 from __future__ import annotations

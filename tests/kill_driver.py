@@ -13,8 +13,8 @@ from pathlib import Path
 from simulate.incremental import head_training
 from simulate.runner import RunOutput, run_experiment
 
-CONFIG = head_training.HeadTrainConfig(steps=80, chunk=10, log_every=5, seeds=2)
-"""8 chunks of 2 logged rows each: most of a run is spent writing the store."""
+CONFIG = head_training.HeadTrainConfig(steps=50, chunk=10, log_every=5, seeds=2)
+"""5 chunks of 2 logged rows each: most of a run is spent writing the store."""
 
 
 def run(out: str, resume: bool) -> None:

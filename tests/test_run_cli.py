@@ -13,7 +13,7 @@ import pytest
 from figures.cli import main
 from simulate.store import load, read_summary
 
-ARGS = ["--steps", "120000", "--chunk", "2000", "--log-every", "200", "--seeds", "2", "--quiet"]
+ARGS = ["--steps", "60000", "--chunk", "2000", "--log-every", "200", "--seeds", "2", "--quiet"]
 
 
 def _cli(args, env, **kw):
@@ -45,8 +45,18 @@ def _wait_for_checkpoint(run_dir, timeout=120):
     raise TimeoutError("no checkpoint written")
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, env):
+    """The run of ``ARGS`` without interruption (one for both signals)."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "full"
+    assert _cli(["run", "heads-gd", *ARGS, "--out", str(out)], env).wait(timeout=300) == 0
+    return out
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(tmp_path, env, signum):
+def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(
+    tmp_path, env, signum, uninterrupted
+):
     cut = tmp_path / "cut"
     proc = _cli(["run", "heads-gd", *ARGS, "--out", str(cut)], env)
     _wait_for_checkpoint(cut)
@@ -58,16 +68,13 @@ def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(tmp
     summary = read_summary(cut)
     assert summary["status"] == "interrupted"
     steps = partial["step"].values
-    assert 0 < steps[-1] < 120000 and steps[-1] == summary["steps_logged"]
-    assert config["config"]["steps"] == 120000
+    assert 0 < steps[-1] < 60000 and steps[-1] == summary["steps_logged"]
+    assert config["config"]["steps"] == 60000
 
     resumed = _cli(["run", "heads-gd", "--resume", str(cut), "--quiet"], env)
     assert resumed.wait(timeout=300) == 0
-    full_dir = tmp_path / "full"
-    full = _cli(["run", "heads-gd", *ARGS, "--out", str(full_dir)], env)
-    assert full.wait(timeout=300) == 0
     a, _ = load(cut)
-    b, _ = load(full_dir)
+    b, _ = load(uninterrupted)
     assert a.sizes == b.sizes
     for v in b.data_vars:
         np.testing.assert_array_equal(a[v].values, b[v].values)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import cast
 
@@ -28,7 +29,7 @@ from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time, stage_times
 from simulate.runner import RunOptions, RunOutput, run_experiment
 from simulate.train import Problem, TrainResult
-from theory.incremental.heads import HeadSystem
+from theory.incremental.heads import HeadSetting, HeadSystem
 from theory.incremental.stages import predict_stages
 from theory.validation import require
 
@@ -103,14 +104,28 @@ def optimizer(cfg: HeadTrainConfig) -> optax.GradientTransformation:
     return optax.adam(cfg.lr)
 
 
+@cache
+def derived_plateaus(setting: HeadSetting) -> tuple[list[float], int]:
+    """The derived plateau levels and the lead block of ``setting`` (sympy: computed once per
+    setting and process, since every run and sweep point of a setting summarises with them)."""
+    hs = HeadSystem(setting)
+    vals = hs.parameter_values()
+    return [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()], hs.ladder()[0]
+
+
+@cache
+def predicted_times(setting: HeadSetting, noise: float) -> tuple[float | None, ...]:
+    """Predicted stage times (ODE time; None where not derived), once per setting and noise."""
+    lead = derived_plateaus(setting)[1]
+    preds = predict_stages(setting, noise, t1=lumped_escape_time(setting, lead))
+    return tuple(p.time for p in preds)
+
+
 def stage_summary(cfg: HeadTrainConfig, ds: xr.Dataset) -> dict:
     """Measured stage steps (stage 1: lead-block mass 1/2; later: loss midpoints of the derived
     plateau levels) beside the theory's predictions in steps (sgd: t / lr)."""
     setting = cfg.setting()
-    hs = HeadSystem(setting)
-    vals = hs.parameter_values()
-    levels = [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()]
-    lead = hs.ladder()[0]
+    levels, lead = derived_plateaus(setting)
     steps = ds["step"].values.astype(float)
     loss_ = ds["loss"].values
     mass = ds["block_mass"].sel(block=[lead + 1]).values  # (seed, step, head, 1)
@@ -121,9 +136,10 @@ def stage_summary(cfg: HeadTrainConfig, ds: xr.Dataset) -> dict:
         measured.append(row)
     measured = np.array(measured)
     if cfg.optimizer == "sgd":
-        preds = predict_stages(setting, cfg.noise, t1=lumped_escape_time(setting, lead))
         # time None: stage not derived for this setting (non-singleton blocks)
-        predicted: list[float | None] = [None if p.time is None else p.time / cfg.lr for p in preds]
+        predicted: list[float | None] = [
+            None if t is None else t / cfg.lr for t in predicted_times(setting, cfg.noise)
+        ]
     else:
         predicted = [None] * measured.shape[1]
     stages = []

@@ -8,7 +8,10 @@ slowly; Tsit5 ran out of 100 000 steps at m = 300), hence the implicit Kvaerno5.
 
 from __future__ import annotations
 
+from functools import cache
+
 import diffrax
+import jax
 import jax.numpy as jnp
 import optimistix as optx
 import sympy as sp
@@ -25,33 +28,55 @@ from theory.incremental.stages import (
     u_sym,
 )
 
+PARAMETERS = (H_sym, T_sym, b_sym, m1_sym, a_sym)
+"""the lumped system's parameters, arguments of the compiled solve (one program per metric)."""
+
+
+@cache
+def _escape_solver(metric: str):
+    """The jitted solve ``(y0, params, t_max) -> (event time, event hit)`` for ``metric``: the
+    parameters are arguments, so one compile serves every setting (and the persistent cache
+    serves the next process)."""
+    dp, du = lumped_symmetric_field(metric)
+    f = sp.lambdify((p_sym, u_sym, *PARAMETERS), (dp, du), modules="jax")
+    term = diffrax.ODETerm(lambda t, y, args: jnp.stack(f(y[0], y[1], *args)))
+    event = diffrax.Event(
+        lambda t, y, args, **kw: y[0] - 0.5, root_finder=optx.Newton(rtol=1e-10, atol=1e-10)
+    )
+
+    @jax.jit
+    def solve(y0, params, t_max):
+        sol = diffrax.diffeqsolve(
+            term,
+            diffrax.Kvaerno5(),
+            0.0,
+            t_max,
+            None,
+            y0,
+            args=tuple(params),
+            stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-12),
+            event=event,
+            max_steps=100_000,
+        )
+        assert sol.ts is not None  # the default SaveAt(t1=True) saves the final time
+        return sol.ts[-1], sol.event_mask
+
+    return solve
+
 
 def lumped_escape_time(setting: HeadSetting, lead: int = 0, t_max: float = 1e6) -> float:
     """Time at which the lead-block attention mass of the lumped symmetric system reaches 1/2."""
     lags = setting.lags(lead)
-    numbers = {
-        H_sym: setting.heads,
-        T_sym: setting.window,
-        b_sym: len(lags),
-        m1_sym: setting.importance_values[lead],
-        a_sym: sum(setting.alpha_values[i] for i in lags) / len(lags),
-    }
-    dp, du = (e.subs(numbers) for e in lumped_symmetric_field(setting.metric))
-    f = sp.lambdify((p_sym, u_sym), (dp, du), modules="jax")
-    term = diffrax.ODETerm(lambda t, y, args: jnp.stack(f(y[0], y[1])))
-    event = diffrax.Event(
-        lambda t, y, args, **kw: y[0] - 0.5, root_finder=optx.Newton(rtol=1e-10, atol=1e-10)
+    params = jnp.array(
+        [
+            setting.heads,
+            setting.window,
+            len(lags),
+            setting.importance_values[lead],
+            sum(setting.alpha_values[i] for i in lags) / len(lags),
+        ],
+        dtype=float,
     )
-    sol = diffrax.diffeqsolve(
-        term,
-        diffrax.Kvaerno5(),
-        0.0,
-        t_max,
-        None,
-        jnp.array([len(lags) / setting.window, 0.0]),
-        stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-12),
-        event=event,
-        max_steps=100_000,
-    )
-    assert sol.ts is not None  # the default SaveAt(t1=True) saves the final time
-    return float(sol.ts[-1]) if bool(sol.event_mask) else float("inf")
+    y0 = jnp.array([len(lags) / setting.window, 0.0])
+    t, hit = _escape_solver(setting.metric)(y0, params, t_max)
+    return float(t) if bool(hit) else float("inf")
