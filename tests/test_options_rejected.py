@@ -252,3 +252,12 @@ def test_non_finite_float_option_is_rejected(experiment, field, kind, value):
     with pytest.raises(ConfigError) as err:
         config(**{field: value})
     assert err.value.field == field
+
+
+def test_escape_extra_beta_overflowing_the_kernel_is_rejected_before_compute(capsys):
+    """Each extra beta of mean-field-escape meets the config's a in e^(beta a): checked when the
+    config is built, not when the kernel is first evaluated during compute."""
+    argv = ["figure", "mean-field-escape", "--extra-betas", "600", "--a", "2.0"]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stagewise: error: a = 2.0: at most 700")

@@ -24,7 +24,7 @@ from figures.core.output import format_table
 from figures.mean_field.common import QUICK, TrainedFigureOptions, train
 from simulate.mean_field.training import MeanFieldConfig, escape, mean_linear_response
 from simulate.measure.fits import loglog_slope_last_two
-from theory.mean_field.energy import lq_width, validate_beta, validate_tau
+from theory.mean_field.energy import lq_width, validate_beta, validate_kernel, validate_tau
 from theory.validation import require
 
 QUICK_STEPS = 150
@@ -59,6 +59,7 @@ class EscapeConfig(TrainedFigureOptions):
             validate_tau(t)
         for b in self.extra_betas:
             validate_beta(b)
+            validate_kernel(b, self.train.a)  # each extra beta meets the config's a
 
     def cases(self) -> list[tuple[float, float]]:
         """(beta, tau) of the training runs."""

@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike
 from simulate.incremental.head_field import entry_losses, logit_field, loss
 from simulate.measure.stages import midpoints
 from theory.incremental.heads import METRIC_POWER, HeadSetting, HeadSystem
+from theory.validation import require
 
 RTOL, ATOL = 1e-9, 1e-12
 MAX_STEPS = 1_000_000
@@ -85,6 +86,7 @@ def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: 
         stepsize_controller=controller,
         max_steps=MAX_STEPS,
         progress_meter=meter,
+        throw=False,  # checked below; a raising solve embeds a host callback and is never cached
     )
 
     def below_level(t, y, args, **kwargs):
@@ -108,6 +110,7 @@ def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: 
             max_steps=MAX_STEPS,
             event=event,
             saveat=diffrax.SaveAt(t1=True),
+            throw=False,  # a solve that ends without its event is a level never crossed
         )
         # SaveAt(t1=True) always saves ts; with an event, event_mask is set (one event: a bool)
         assert sol.ts is not None and sol.event_mask is not None
@@ -117,7 +120,7 @@ def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: 
         return (t_hit, y_hit), jnp.where(hit, t_hit, jnp.nan)
 
     _, crossings = jax.lax.scan(next_crossing, (jnp.asarray(0.0), y0), levels)
-    return traj.ys, crossings
+    return traj.ys, crossings, traj.result == diffrax.RESULTS.successful
 
 
 @partial(jax.jit, static_argnames=("power", "h", "progress", "tied"))
@@ -178,8 +181,15 @@ def solve(
     t0 = time.perf_counter()
     compiled = _solve_batch.lower(*args, **kw).compile()
     t1 = time.perf_counter()
-    (v, theta), crossings = jax.block_until_ready(compiled(*args))
+    (v, theta), crossings, reached = jax.block_until_ready(compiled(*args))
     t2 = time.perf_counter()
+    require(
+        bool(np.all(reached)),
+        "t_max",
+        t_max,
+        f"a horizon the solver reaches (it stopped before t_max: its {MAX_STEPS} steps ran out "
+        "or its step size underflowed)",
+    )
     if symmetric:
         v, theta = (jnp.repeat(a, setting.heads, axis=2) for a in (v, theta))
     s = jax.nn.softmax(theta, -1)

@@ -69,3 +69,13 @@ def test_incremental_head_dynamics_quick_figure(tmp_path):
     assert np.isfinite(summary["heads_split_step"]) and summary["steps_per_ode_time"] > 0
     assert data["block_mass"].dims == ("step", "head", "block")
     assert (run_dir / "incremental-head-dynamics.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_horizon_the_solver_cannot_reach_is_one_line(tmp_path, capsys):
+    """t_max = 1e308 passes validation (finite) but the solver stops long before it: one line
+    naming t_max and exit 2, not an equinox traceback (a minute of solving: slow)."""
+    argv = ["figure", "incremental-ode", "--quick", "--quiet", "--t-max", "1e308"]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stagewise: error: t_max = 1e+308: ")
