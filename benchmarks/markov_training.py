@@ -23,8 +23,6 @@ PAPER = {
     "blocks": (2, 2, 2),
     "batch": 3000,
     "optimizer": "adamw",
-    "quiet": True,
-    "store": False,
 }
 
 

@@ -1,0 +1,112 @@
+"""One training step of the markov experiment's transformers (``simulate.incremental
+.markov_training``: the trainer's step without its logging), and its FLOP count.
+
+Analytic count (the issue's): 6 x parameters x tokens for the forward and backward matmuls, plus
+attention, 2 x 2 x T^2 x d per layer per sequence forward (scores and weighted sum), x 3 for
+forward + backward. Parameters: those that multiply activations; the full model's token and
+position tables are gathered, not multiplied, so they are left out (as in Kaplan et al.'s count).
+Tokens: batch x T with T = L - 1 input positions (logits are computed at every position). d: the
+attention width summed over heads (minimal: H x D, the query acts in the whole input space;
+full: 255). The causal mask is not subtracted: XLA computes the masked half too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+
+from simulate.incremental.full_transformer import FullTransformer
+from simulate.incremental.markov_training import MarkovTrainConfig, optimizer, problem
+
+PAPER_BATCH = 3000
+
+
+def paper_config(model: str, batch: int = PAPER_BATCH, **kw) -> MarkovTrainConfig:
+    """The paper's markov setting (d = 50, blocks (2, 2, 2)) in float32; the full model with its
+    default (Xavier) initialisation."""
+    extra: dict[str, Any] = {"query_scale": None} if model == "full" else {}
+    return MarkovTrainConfig(
+        model=model,  # type: ignore[arg-type]
+        batch=batch,
+        precision="float32",
+        steps=1,
+        log_every=1,
+        chunk=1,
+        **extra,
+        **kw,
+    )
+
+
+@dataclass
+class Step:
+    """A jitted training step ``(params, opt_state, key) -> (params, opt_state, loss)`` and the
+    state to start it from."""
+
+    fn: Callable
+    params: Any
+    opt_state: Any
+    model: Any
+
+
+def training_step(cfg: MarkovTrainConfig) -> Step:
+    prob, opt = problem(cfg), optimizer(cfg)
+    k_init, k_noise = jax.random.split(jax.random.PRNGKey(0))
+    params = prob.init(k_init, k_noise)
+
+    def step(params, opt_state, key):
+        loss, g = prob.loss_and_direction(params, key)
+        # as the trainer: optax's Adam bias correction needs standard dtype promotion
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = opt.update(g, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return Step(jax.jit(step), params, opt.init(params), params)
+
+
+def matmul_parameters(model: Any) -> int:
+    """Parameters that multiply activations (all but the full model's embedding tables)."""
+    leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
+    total = sum(x.size for x in leaves)
+    if isinstance(model, FullTransformer):
+        total -= model.encoder.size + model.positional.size
+    return int(total)
+
+
+def attention_width(cfg: MarkovTrainConfig, model: Any) -> int:
+    if isinstance(model, FullTransformer):
+        return int(model.blocks[0].WQ.shape[0] * model.blocks[0].WQ.shape[2])
+    return cfg.heads * int(model.WQ.shape[-1])
+
+
+def analytic_flops(cfg: MarkovTrainConfig, model: Any) -> float:
+    """FLOPs of one step by the count of the module docstring."""
+    T = cfg.length - 1
+    tokens = cfg.batch * T
+    attention = 3 * cfg.layers * cfg.batch * 2 * 2 * T**2 * attention_width(cfg, model)
+    return 6.0 * matmul_parameters(model) * tokens + attention
+
+
+def xla_flops(compiled: Any) -> float:
+    """XLA's own FLOP count of a compiled program (``cost_analysis()["flops"]``)."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list | tuple):  # older JAX: one dict per device
+        cost = cost[0]
+    return float(cost["flops"])
+
+
+def lowered(step: Step) -> Any:
+    return step.fn.lower(step.params, step.opt_state, jax.random.PRNGKey(1))
+
+
+def dot_operands(n: int) -> tuple[jax.Array, jax.Array]:
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    return (
+        jax.random.normal(k1, (n, n), jnp.float32),
+        jax.random.normal(k2, (n, n), jnp.float32),
+    )
