@@ -24,6 +24,7 @@ import numpy as np
 import optimistix as optx
 import sympy as sp
 from numpy.typing import ArrayLike
+from tqdm.auto import tqdm
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss
 from simulate.measure.stages import midpoints
@@ -66,28 +67,53 @@ def log_grid(t_max: float, n: int, t_min: float = 1e-2) -> np.ndarray:
     return np.concatenate([[0.0], np.geomspace(t_min, t_max, n - 1)])
 
 
-def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: bool, tied: int):
+SPAN = 50
+"""save-grid intervals per compiled call: the progress bar moves between calls."""
+
+
+def _term(power: int, tied: int) -> diffrax.ODETerm:
     # args = (G, level): the level is read by the crossing events only
-    term = diffrax.ODETerm(lambda t, y, args: logit_field(args[0], y[0], y[1], power, tied))
-    solver = diffrax.Tsit5()
+    return diffrax.ODETerm(lambda t, y, args: logit_field(args[0], y[0], y[1], power, tied))
+
+
+def _span_one(G, y, ts, *, power: int, tied: int):
+    """The state at each of ``ts[1:]`` from ``y`` at ``ts[0]``: one solve per interval, chained
+    by a scan. ``SaveAt(ts=...)`` would check its grid with a host callback, and a program with
+    a host callback is never written to the persistent compilation cache."""
+    term = _term(power, tied)
     controller = diffrax.PIDController(rtol=RTOL, atol=ATOL)
-    H = theta0.shape[0]
-    y0 = (jnp.zeros((H, h)), theta0)
-    meter = diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()
-    traj = diffrax.diffeqsolve(
-        term,
-        solver,
-        0.0,
-        t_max,
-        None,
-        y0,
-        args=(G, 0.0),
-        saveat=diffrax.SaveAt(ts=grid),
-        stepsize_controller=controller,
-        max_steps=MAX_STEPS,
-        progress_meter=meter,
-        throw=False,  # checked below; a raising solve embeds a host callback and is never cached
-    )
+
+    def interval(y, t01):
+        sol = diffrax.diffeqsolve(
+            term,
+            diffrax.Tsit5(),
+            t01[0],
+            t01[1],
+            None,
+            y,
+            args=(G, 0.0),
+            stepsize_controller=controller,
+            max_steps=MAX_STEPS,
+            throw=False,  # checked by the caller; raising would add a host callback
+        )
+        assert sol.ys is not None  # the default SaveAt(t1=True)
+        y1 = jax.tree_util.tree_map(lambda a: a[-1], sol.ys)
+        return y1, (y1, sol.result == diffrax.RESULTS.successful)
+
+    _, (ys, ok) = jax.lax.scan(interval, y, jnp.stack([ts[:-1], ts[1:]], -1))
+    return ys, jnp.all(ok)
+
+
+@partial(jax.jit, static_argnames=("power", "tied"))
+def _span_batch(G, y, ts, *, power, tied):
+    return jax.vmap(partial(_span_one, power=power, tied=tied), in_axes=(0, 0, None))(G, y, ts)
+
+
+def _crossings_one(G, y0, levels, t_max, *, power: int, tied: int):
+    """Times at which the loss first falls below each of ``levels`` (nan if not by t_max), each
+    found by an event solve from the previous crossing."""
+    term = _term(power, tied)
+    controller = diffrax.PIDController(rtol=RTOL, atol=ATOL)
 
     def below_level(t, y, args, **kwargs):
         G_, level = args
@@ -100,7 +126,7 @@ def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: 
         t0 = jnp.minimum(t0, t_max * (1 - 1e-12))
         sol = diffrax.diffeqsolve(
             term,
-            solver,
+            diffrax.Tsit5(),
             t0,
             t_max,
             None,
@@ -120,15 +146,30 @@ def _solve_one(G, theta0, levels, grid, t_max, *, power: int, h: int, progress: 
         return (t_hit, y_hit), jnp.where(hit, t_hit, jnp.nan)
 
     _, crossings = jax.lax.scan(next_crossing, (jnp.asarray(0.0), y0), levels)
-    return traj.ys, crossings, traj.result == diffrax.RESULTS.successful
+    return crossings
 
 
-@partial(jax.jit, static_argnames=("power", "h", "progress", "tied"))
-def _solve_batch(G, theta0, levels, grid, t_max, *, power, h, progress, tied):
-    return jax.vmap(
-        partial(_solve_one, power=power, h=h, progress=progress, tied=tied),
-        in_axes=(0, 0, 0, None, None),
-    )(G, theta0, levels, grid, t_max)
+@partial(jax.jit, static_argnames=("power", "tied"))
+def _crossings_batch(G, y0, levels, t_max, *, power, tied):
+    return jax.vmap(partial(_crossings_one, power=power, tied=tied), in_axes=(0, 0, 0, None))(
+        G, y0, levels, t_max
+    )
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(fn, args: tuple, static: dict):
+    """``fn`` lowered and compiled for the shapes of ``args``, once per process (the solve of
+    a figure's next batch of the same shape neither traces nor compiles again)."""
+    key = (
+        fn,
+        tuple(sorted(static.items())),
+        tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in jax.tree_util.tree_leaves(args)),
+    )
+    if key not in _COMPILED:
+        _COMPILED[key] = fn.lower(*args, **static).compile()
+    return _COMPILED[key]
 
 
 def solve(
@@ -165,26 +206,38 @@ def solve(
     theta0 = initial_logits(setting, eps, seeds) if theta0 is None else jnp.asarray(theta0)
     if symmetric:
         theta0 = jnp.zeros_like(theta0[:, :1])
-    args = (
-        jnp.asarray(targets),
-        theta0,
-        jnp.asarray(mids),
-        jnp.asarray(grid),
-        jnp.asarray(float(t_max)),
-    )
-    kw = {
-        "power": METRIC_POWER[setting.metric],
-        "h": setting.h,
-        "progress": progress,
-        "tied": setting.heads if symmetric else 1,
-    }
+    G = jnp.asarray(targets)
+    H = theta0.shape[1]
+    y0 = (jnp.zeros((B, H, setting.h)), theta0)
+    static = {"power": METRIC_POWER[setting.metric], "tied": setting.heads if symmetric else 1}
+    # the grid in spans of SPAN intervals, the last one padded with empty intervals at t_max
+    n_spans = -(-(len(grid) - 1) // SPAN)
+    padded = np.concatenate([grid, np.full(n_spans * SPAN + 1 - len(grid), grid[-1])])
+    spans = [jnp.asarray(padded[i * SPAN : (i + 1) * SPAN + 1]) for i in range(n_spans)]
     t0 = time.perf_counter()
-    compiled = _solve_batch.lower(*args, **kw).compile()
+    span = _compiled(_span_batch, (G, y0, spans[0]), static)
+    cross = _compiled(_crossings_batch, (G, y0, jnp.asarray(mids), float(t_max)), static)
     t1 = time.perf_counter()
-    (v, theta), crossings, reached = jax.block_until_ready(compiled(*args))
+    crossings = cross(G, y0, jnp.asarray(mids), float(t_max))
+    states, reached, y = [y0], [], y0
+    bar = tqdm(total=len(grid) - 1, disable=not progress, unit="save", dynamic_ncols=True)
+    for ts in spans:
+        ys, ok = span(G, y, ts)
+        y = jax.tree_util.tree_map(lambda a: a[:, -1], ys)
+        states.append(ys)
+        reached.append(ok)
+        bar.update(min(SPAN, len(grid) - 1 - bar.n))
+    bar.close()
+    crossings = jax.block_until_ready(crossings)
     t2 = time.perf_counter()
+    v, theta = (
+        jnp.concatenate([states[0][k][:, None], *(s_[k] for s_ in states[1:])], axis=1)[
+            :, : len(grid)
+        ]
+        for k in (0, 1)
+    )
     require(
-        bool(np.all(reached)),
+        bool(np.all(np.asarray(reached))),
         "t_max",
         t_max,
         f"a horizon the solver reaches (it stopped before t_max: its {MAX_STEPS} steps ran out "
