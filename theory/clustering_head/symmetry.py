@@ -126,10 +126,25 @@ def normalisation_jacobian(dim: int = 2):
 
 
 def normalisation_operator_norm(dim: int = 2):
-    """||dN/dxi||_op = sqrt(d) / ||xi|| (§5.4), from the singular values of the symbolic Jacobian
-    (it is symmetric, so they are the absolute eigenvalues: sqrt(d)/||xi|| (d-1 times) and 0)."""
+    """||dN/dxi||_op = sqrt(d) / ||xi|| (§5.4), derived from the structure of the symbolic
+    Jacobian: J xi = 0 and J = c (I - xi xi^T / ||xi||^2) with c read off a direction orthogonal
+    to xi, both checked by simplification; J is then symmetric with eigenvalues 0 (on xi) and c
+    (d - 1 times), so its operator norm is |c|. (sympy's general eigenvalues do not simplify at
+    d = 4.) For d = 1, N is the sign and its derivative 0 away from xi = 0."""
     xi, J = normalisation_jacobian(dim)
-    eig = [sp.simplify(e) for e in J.eigenvals()]
-    nonzero = [e for e in eig if e != 0]
-    require(len(nonzero) == 1, "dim", dim, "a dimension whose Jacobian simplifies")
-    return xi, nonzero[0]
+    if dim == 1:
+        r = sp.sqrt((xi.T * xi)[0])  # J r^3 = r^2 - xi^2: zero wherever r > 0
+        require(sp.simplify(J[0, 0] * r**3) == 0, "dim", dim, "a Jacobian that vanishes off 0")
+        return xi, sp.Integer(0)
+    across = sp.zeros(dim, 1)
+    across[0], across[1] = xi[1], -xi[0]
+    c = sp.simplify((J * across)[0] / across[0])
+    projection = sp.eye(dim) - xi * xi.T / (xi.T * xi)[0]
+    require(
+        sp.simplify(J - c * projection) == sp.zeros(dim, dim)
+        and sp.simplify(J * xi).is_zero_matrix,
+        "dim",
+        dim,
+        "a Jacobian of the form c (I - xi xi^T / ||xi||^2)",
+    )
+    return xi, sp.Abs(c)
