@@ -136,8 +136,8 @@ def normalisation_operator_norm(dim: int = 2):
         r = sp.sqrt((xi.T * xi)[0])  # J r^3 = r^2 - xi^2: zero wherever r > 0
         require(sp.simplify(J[0, 0] * r**3) == 0, "dim", dim, "a Jacobian that vanishes off 0")
         return xi, sp.Integer(0)
-    across = sp.zeros(dim, 1)
-    across[0], across[1] = xi[1], -xi[0]
+    first, second = cast(sp.Expr, xi[0]), cast(sp.Expr, xi[1])
+    across = sp.Matrix([second, -first, *([0] * (dim - 2))])  # orthogonal to xi
     c = sp.simplify((J * across)[0] / across[0])
     projection = sp.eye(dim) - xi * xi.T / (xi.T * xi)[0]
     require(
