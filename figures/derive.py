@@ -48,10 +48,27 @@ class DeriveConfig(HeadSystemOptions):
             self.window,
             f"a window T <= {MAX_WINDOW} for the symbolic derivation",
         )
+        # H = 30 takes ~12 s, 8 blocks ~20 s: the symbolic system grows with both
+        require(
+            self.heads <= MAX_HEADS,
+            "heads",
+            self.heads,
+            f"H <= {MAX_HEADS} heads for the symbolic derivation",
+        )
+        require(
+            len(self.blocks) <= MAX_BLOCKS,
+            "blocks",
+            self.blocks,
+            f"at most {MAX_BLOCKS} blocks for the symbolic derivation",
+        )
 
 
 MAX_WINDOW = 256
 """the longest window the symbolic derivation takes."""
+MAX_HEADS = 32
+"""the most heads the symbolic derivation takes."""
+MAX_BLOCKS = 8
+"""the most lag blocks the symbolic derivation takes."""
 
 
 def derive(cfg: DeriveConfig) -> str:

@@ -12,6 +12,9 @@ import sympy as sp
 from theory.mean_field import energy as th
 from theory.validation import require
 
+MAX_MODES = 1000
+"""the most modes whose rates the derivation prints."""
+
 
 @dataclass(frozen=True)
 class MeanFieldDeriveConfig:
@@ -32,7 +35,10 @@ class MeanFieldDeriveConfig:
         th.validate_beta(self.beta)
         th.validate_tau(self.tau)
         require(self.dim >= 2, "dim", self.dim, "an integer >= 2")
-        require(self.modes >= 1, "modes", self.modes, "an integer >= 1")
+        # one rate line per mode: 1000 print in seconds, 2^32 never finish
+        require(
+            1 <= self.modes <= MAX_MODES, "modes", self.modes, f"an integer in [1, {MAX_MODES}]"
+        )
 
 
 def derive(cfg: MeanFieldDeriveConfig) -> str:

@@ -112,3 +112,21 @@ def test_bad_value_is_one_line(argv, field, capsys):
     assert main(["derive", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"stagewise: error: {field} = ")
+
+
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["incremental", "--window", "1000"], "window"),
+        (["incremental", "--heads", "1000000"], "heads"),
+        (["incremental", "--blocks", *["1"] * 9], "blocks"),
+        (["clustering-head", "--length", "2147483648"], "length"),
+        (["emergence", "--S", "100000"], "S"),
+        (["mean-field", "--modes", "4294967296"], "modes"),
+    ],
+)
+def test_derivation_sizes_the_algebra_cannot_take_are_one_line(argv, field, capsys):
+    """Sizes the fuzz found hanging or crashing the symbolic derivations are refused up front."""
+    assert main(["derive", *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"stagewise: error: {field} = ")
