@@ -439,13 +439,17 @@ class RunStore:
     def write(self, data: xr.Dataset) -> None:
         """Write a whole trajectory at once (results computed in one go, e.g. an ODE solve):
         written aside, renamed into place, then committed."""
+        self._replace_trajectory(data)
+        self._commit(None)
+
+    def _replace_trajectory(self, data: xr.Dataset) -> None:
+        """``data`` written to ``trajectory.zarr.tmp``, flushed, and swapped into place."""
         tmp = self.path / "trajectory.zarr.tmp"
         if tmp.exists():
             shutil.rmtree(tmp)
         data.to_zarr(tmp, mode="w", consolidated=False)
         _fsync_tree(tmp, 0.0)
         _replace_dir(tmp, self.trajectory_path)
-        self._commit(None)
 
     def rows(self) -> int:
         """Committed rows of trajectory.zarr (0 before the first append)."""
@@ -547,12 +551,7 @@ class RunStore:
         except ValueError:  # variables of different lengths
             consistent = False
         if not consistent:
-            tmp = self.path / "trajectory.zarr.tmp"
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            kept.to_zarr(tmp, mode="w", consolidated=False)
-            _fsync_tree(tmp, 0.0)
-            _replace_dir(tmp, self.trajectory_path)
+            self._replace_trajectory(kept)
 
     def write_summary(self, summary: dict) -> None:
         """Write summary.json (non-finite floats as the strings "nan", "inf")."""

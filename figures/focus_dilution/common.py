@@ -21,6 +21,21 @@ STAGES = ("I", "II", "III", "IV")
 MAX_HORIZON = 100
 """the largest horizon multiple of a predicted stage onset a flow figure integrates to (far past
 every stage; a huge multiple would overflow the integration time)."""
+
+
+def check_horizon(value: float, of: str, field: str = "horizon", closed: bool = False) -> None:
+    """``value``, a horizon as a multiple of ``of`` (e.g. t_IV), in (1, MAX_HORIZON] (in
+    [1, MAX_HORIZON] when ``closed``): past the onset it is measured from, and finite."""
+    low = 1 <= value if closed else 1 < value
+    bracket = "[" if closed else "("
+    require(
+        low and value <= MAX_HORIZON,
+        field,
+        value,
+        f"a multiple in {bracket}1, {MAX_HORIZON}] of {of}",
+    )
+
+
 TOKEN_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
 

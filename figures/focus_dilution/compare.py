@@ -30,7 +30,7 @@ from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import stage_table
-from figures.focus_dilution.common import MAX_HORIZON, STAGES
+from figures.focus_dilution.common import STAGES, check_horizon
 from simulate.focus_dilution import training
 from simulate.focus_dilution.flow import initial_parameters, solve_flow
 from simulate.focus_dilution.measure import ONSET_RULES, plateaus, run_onsets
@@ -82,12 +82,7 @@ class CompareConfig(FigureOptions):
             self.adam_steps,
             "a positive multiple of 100",
         )
-        require(
-            1 < self.horizon <= MAX_HORIZON,
-            "horizon",
-            self.horizon,
-            f"a multiple in (1, {MAX_HORIZON}] of t_IV",
-        )
+        check_horizon(self.horizon, "t_IV")
 
     def finite(self, optimizer: str, t_end: float) -> training.FocusDilutionConfig:
         """The finite-sample run under ``optimizer`` (gd or adam) up to flow time ``t_end``."""

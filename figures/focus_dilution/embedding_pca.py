@@ -23,10 +23,10 @@ from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
 from figures.focus_dilution.common import (
-    MAX_HORIZON,
     STAGES,
     TOKEN_COLORS,
     FlowSetting,
+    check_horizon,
     solve_setting,
 )
 from simulate.focus_dilution.measure import (
@@ -37,7 +37,6 @@ from simulate.focus_dilution.measure import (
 )
 from simulate.focus_dilution.predictions import predictions
 from theory.focus_dilution.manifold import redistribution_response
-from theory.validation import require
 
 FIGURE_ID = "focus-dilution-embedding-pca"
 ONSET_MARKERS = ("o", "s", "^", "D")
@@ -55,12 +54,7 @@ class PcaConfig(FigureOptions):
     """integrate to this multiple of the predicted Stage-IV onset t_IV."""
 
     def __post_init__(self):
-        require(
-            1 < self.horizon <= MAX_HORIZON,
-            "horizon",
-            self.horizon,
-            f"a multiple in (1, {MAX_HORIZON}] of t_IV",
-        )
+        check_horizon(self.horizon, "t_IV")
 
     def sizes(self) -> tuple[int, int]:
         """Seeds and saved times of the run (--quick: 1 and 800)."""

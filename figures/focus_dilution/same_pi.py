@@ -20,7 +20,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import MAX_HORIZON, FlowSetting
+from figures.focus_dilution.common import FlowSetting, check_horizon
 from simulate.focus_dilution.flow import solve_flow, time_grid
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.predictions import predictions
@@ -53,12 +53,7 @@ class SamePiConfig(FigureOptions):
             "repeat probabilities in [0, 1)",
         )
         require(self.mh_chains >= 0, "mh_chains", self.mh_chains, "an integer >= 0")
-        require(
-            1 < self.horizon <= MAX_HORIZON,
-            "horizon",
-            self.horizon,
-            f"a multiple in (1, {MAX_HORIZON}] of each chain's t_IV",
-        )
+        check_horizon(self.horizon, "each chain's t_IV")
         require(
             len(self.lambdas) + self.mh_chains >= 2,
             "lambdas",

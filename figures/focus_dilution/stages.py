@@ -23,10 +23,10 @@ from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
 from figures.focus_dilution.common import (
-    MAX_HORIZON,
     STAGES,
     TOKEN_COLORS,
     FlowSetting,
+    check_horizon,
     solve_setting,
 )
 from simulate.focus_dilution.measure import (
@@ -39,7 +39,6 @@ from simulate.focus_dilution.measure import (
     run_onsets,
 )
 from simulate.focus_dilution.predictions import predictions
-from theory.validation import require
 
 FIGURE_ID = "focus-dilution-stages"
 
@@ -56,12 +55,7 @@ class StagesConfig(FigureOptions):
     """integrate to this multiple of the predicted Stage-IV onset t_IV."""
 
     def __post_init__(self):
-        require(
-            1 < self.horizon <= MAX_HORIZON,
-            "horizon",
-            self.horizon,
-            f"a multiple in (1, {MAX_HORIZON}] of t_IV",
-        )
+        check_horizon(self.horizon, "t_IV")
 
     def sizes(self) -> tuple[int, int]:
         """Seeds and saved times of the run (--quick: 1 and 800)."""

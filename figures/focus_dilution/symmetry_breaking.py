@@ -23,7 +23,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import MAX_HORIZON, STAGES, FlowSetting
+from figures.focus_dilution.common import STAGES, FlowSetting, check_horizon
 from simulate.focus_dilution.flow import (
     solve_flow,
     stage_four_point,
@@ -77,18 +77,8 @@ class SymmetryConfig(FigureOptions):
             self.deltas,
             f"two or more asymmetries in [0, {r:.4g}), at least one > 0",
         )
-        require(
-            1 < self.horizon <= MAX_HORIZON,
-            "horizon",
-            self.horizon,
-            f"a multiple in (1, {MAX_HORIZON}] of t_IV",
-        )
-        require(
-            1 <= self.stall_horizon <= MAX_HORIZON,
-            "stall_horizon",
-            self.stall_horizon,
-            f"a multiple in [1, {MAX_HORIZON}] of the longest horizon",
-        )
+        check_horizon(self.horizon, "t_IV")
+        check_horizon(self.stall_horizon, "the longest horizon", "stall_horizon", closed=True)
 
     def grid(self) -> tuple[tuple[float, ...], int, int]:
         """Deltas, seeds per delta and saved times per run (--quick: 0, 0.01, 0.02, 0.04; 1;

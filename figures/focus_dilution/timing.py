@@ -20,7 +20,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import MAX_HORIZON, STAGES, FlowSetting
+from figures.focus_dilution.common import STAGES, FlowSetting, check_horizon
 from simulate.focus_dilution.flow import solve_flow, time_grid
 from simulate.focus_dilution.measure import (
     ONSET_RULES,
@@ -55,12 +55,7 @@ class TimingConfig(FigureOptions):
             self.eps_grid,
             "two or more init scales in (0, 1)",
         )
-        require(
-            1 < self.horizon <= MAX_HORIZON,
-            "horizon",
-            self.horizon,
-            f"a multiple in (1, {MAX_HORIZON}] of t_II",
-        )
+        check_horizon(self.horizon, "t_II")
 
     def grid(self) -> tuple[tuple[float, ...], int, int]:
         """Init scales, seeds per scale and saved times per run (--quick: 1e-2, 1e-4, 1e-6; 1;
