@@ -1,4 +1,5 @@
-"""The ``stagewise`` command line (ARCHITECTURE §3): list, derive, figure, compare, run, sweep.
+"""The ``stagewise`` command line (ARCHITECTURE §3): list, derive, figure, compare, run, sweep,
+reproduce, report.
 
 Every command and every figure, comparison, experiment and derivation is a tyro subcommand, built
 from the registries (``figures.registry``, ``simulate.experiments``, ``figures.derive``), so each
@@ -113,6 +114,40 @@ class SweepOptions:
     non-empty OUT is refused before any point runs."""
 
 
+@dataclass(frozen=True)
+class ReproduceOptions:
+    """Every figure and comparison (or the chosen ones) into OUT/<id>/, then the report."""
+
+    quick: bool = False
+    """the CPU-sized setting of every figure (each figure's --quick)."""
+    paper: tuple[str, ...] = ()
+    """only the figures of these papers (wing names, as in 'stagewise list')."""
+    only: tuple[str, ...] = ()
+    """only these figure ids (a comparison's id is compare-NAME)."""
+    out: Path | None = None
+    """reproduction directory (default: runs/reproduce-quick with --quick, else runs/reproduce);
+    running the same command again reuses the complete figures and resumes the others."""
+    executor: Literal["local", "ray"] = "local"
+    """local: one worker process per figure; ray: one Ray task per figure (needs stagewise[ray])."""
+    address: str | None = None
+    """Ray cluster address (e.g. 127.0.0.1:6379); default: start a private local Ray instance."""
+    workers: int | None = None
+    """figures run at once (default: the core count); with ray and no address, the CPUs of the
+    private instance."""
+    force: bool = False
+    """recompute figures whose directory holds a complete run (or another figure's run)."""
+    quiet: bool = False
+    """no progress display."""
+
+
+@dataclass(frozen=True)
+class ReportCommand:
+    """Rebuild DIR/index.html and DIR/REPORT.md from the stored runs; nothing is recomputed."""
+
+    dir: Annotated[Path, tyro.conf.Positional]
+    """a reproduction directory (stagewise reproduce --out), or any --out of stagewise figure."""
+
+
 def _choice(name: str, description: str, fields: list[tuple[str, Any, Any]]) -> Any:
     """A subcommand ``name``: a dataclass of the given (flattened) fields."""
     cls = make_dataclass(
@@ -207,13 +242,24 @@ def commands(run_defaults: dict[str, Any] | None = None) -> Commands:
         ("derive", "print a paper's derivation (text or --latex)", derives),
     ]
     top = [Annotated[ListCommand, tyro.conf.subcommand("list", description=ListCommand.__doc__)]]
-    names = {"stagewise": ["list", *(name for name, _, _ in groups)]}
+    names = {"stagewise": ["list", *(name for name, _, _ in groups), "reproduce", "report"]}
     actions[ListCommand] = lambda cmd: _list()
+    actions[ReproduceOptions] = _reproduce
+    actions[ReportCommand] = _report
     for name, description, group in groups:
         names[name] = [c.__origin__.command_name for c in group]
         command = _group(name, description, group)
         actions[command.__origin__] = lambda cmd: actions[type(cmd.target)](cmd.target)
         top.append(command)
+    for command, name, description in (
+        (
+            ReproduceOptions,
+            "reproduce",
+            "every figure, locally or on Ray, plus the HTML/Markdown report",
+        ),
+        (ReportCommand, "report", "rebuild the report (index.html, REPORT.md) from stored runs"),
+    ):
+        top.append(Annotated[command, tyro.conf.subcommand(name, description=description)])
     return Commands(Union[tuple(top)], actions, names)  # noqa: UP007
 
 
@@ -298,6 +344,30 @@ def _sweep(experiment, cfg, options: SweepOptions) -> int:
     from figures.sweep_cli import sweep
 
     return sweep(experiment, cfg, options)
+
+
+def _reproduce(options: ReproduceOptions) -> int:
+    from figures.reproduce import reproduce
+
+    return reproduce(
+        quick=options.quick,
+        papers=options.paper,
+        only=options.only,
+        out=options.out,
+        executor_name=options.executor,
+        address=options.address,
+        workers=options.workers,
+        force=options.force,
+        quiet=options.quiet,
+    )
+
+
+def _report(command: ReportCommand) -> int:
+    from figures.reproduce import rebuild_report
+
+    index, markdown = rebuild_report(command.dir)
+    print(f"wrote {index}, {markdown}")
+    return 0
 
 
 def _resumed_defaults(argv: list[str]) -> dict[str, Any]:

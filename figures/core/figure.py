@@ -5,6 +5,7 @@ PNG + PDF, print the report. The registry collects the declarations; nothing els
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from figures.core.options import FigureOptions
 from figures.core.output import figure_dir, load_figure_data, save_figure
+from figures.core.verdicts import Prediction, no_predictions, prediction_rows
 from simulate.runner import changed_options
 from simulate.store import RunLock, RunStore, check_output, clear_run_dir, jsonable
 from theory.validation import ConfigError, require
@@ -24,6 +26,7 @@ Compute = Callable[[Any, Path], tuple[xr.Dataset, dict]]
 ``run_dir``) and returns the data it draws and the numbers it reports."""
 Plot = Callable[[xr.Dataset, dict], MplFigure]
 Report = Callable[[dict], str]
+Predictions = Callable[[dict], list[Prediction]]
 Extra = Callable[[Any, Path, xr.Dataset, dict], list[Path]]
 """``extra(cfg, run_dir, data, summary) -> paths``: further outputs drawn from the stored data
 (an animation, say)."""
@@ -45,6 +48,11 @@ class Figure:
     report: Report
     extra: Extra | None = None
     kind: Literal["figure", "comparison"] = "figure"
+    how_to_read: str = ""
+    """what to look at in the drawing (the README's "how to read it"), for the report."""
+    predictions: Predictions = no_predictions
+    """which numbers of the summary are predictions beside measurements, with the tolerance of
+    each verdict (``figures.core.verdicts``)."""
 
     @property
     def command_name(self) -> str:
@@ -72,6 +80,7 @@ class Figure:
                 + _describe(changed)
                 + " (drop those options to redraw it, or recompute without --replot)",
             )
+            summary = self.store_verdicts(out, summary)
         else:
             data, summary = self._compute(cfg, out)
         paths = save_figure(out, self.id, self.plot(data, summary))
@@ -84,8 +93,7 @@ class Figure:
     def _compute(self, cfg: FigureOptions, out: Path) -> tuple[xr.Dataset, dict]:
         """Compute into ``out``: a fresh directory, or the same figure's run that an interrupt
         or kill cut short (its finished sub-runs are reused, the others resumed)."""
-        settings = _settings(jsonable(dataclasses.asdict(cfg)))
-        status = _stored(out, self.id, settings)
+        status = self.stored(cfg)
         require(
             status != "complete" or cfg.overwrite,
             "out",
@@ -101,12 +109,32 @@ class Figure:
             if not resuming:
                 clear_run_dir(out)
                 store.create(self.id, dataclasses.asdict(cfg), {})
+            started = time.perf_counter()
             data, summary = self.compute(cfg, out)
+            # a resumed figure counts only this process's part; sub-runs record their own
+            summary["wall_seconds"] = time.perf_counter() - started
             seed_ids = data["seed"].values.tolist() if "seed" in data.coords else []
             store.update_config(seeds={"seed_ids": seed_ids})
+            summary["predictions"] = prediction_rows(self.predictions(summary))
             store.write(data)
             store.write_summary(summary)
         return data, summary
+
+    def stored(self, cfg: FigureOptions) -> Literal["complete", "interrupted"] | None:
+        """What the run directory of ``cfg`` holds of this figure made with the same options:
+        'complete', 'interrupted' (a run that resumes), or None (nothing of it)."""
+        settings = _settings(jsonable(dataclasses.asdict(cfg)))
+        return _stored(self.run_dir(cfg), self.id, settings)
+
+    def store_verdicts(self, out: Path, summary: dict) -> dict:
+        """The summary with its ``predictions`` rows as this figure's rules give them from the
+        stored numbers, written back to ``out/summary.json`` when they were missing or differ
+        (a run made before its figure declared them); nothing is recomputed."""
+        rows = jsonable(prediction_rows(self.predictions(summary)))
+        if summary.get("predictions") != rows:
+            summary = {**summary, "predictions": rows}
+            RunStore(out).write_summary(summary)
+        return summary
 
 
 PRESENTATION = ("out", "replot", "quiet", "overwrite")
@@ -118,7 +146,7 @@ def _settings(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in PRESENTATION}
 
 
-def _stored(out: Path, figure_id: str, settings: dict) -> str | None:
+def _stored(out: Path, figure_id: str, settings: dict) -> Literal["complete", "interrupted"] | None:
     """'complete' or 'interrupted' for a run of this figure with these settings in ``out``, None
     for anything else (an empty or missing directory, another figure, other options)."""
     try:

@@ -23,7 +23,14 @@ from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
-from figures.focus_dilution.common import STAGES, TOKEN_COLORS, FlowSetting, solve_setting
+from figures.core.verdicts import Prediction
+from figures.focus_dilution.common import (
+    STAGES,
+    TOKEN_COLORS,
+    FlowSetting,
+    onset_predictions,
+    solve_setting,
+)
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.predictions import predictions
 from simulate.measure.turning_points import TURN_RULE, turning_points
@@ -121,6 +128,15 @@ def report(summary: dict) -> str:
     )
 
 
+def predictions_of(summary: dict) -> list[Prediction]:
+    """Per seed: the first cycle's onsets t_I-t_IV (the turning points after it are counted,
+    not predicted)."""
+    rows = []
+    for s, onsets in zip(summary["setting"]["seeds"], summary["onsets_per_seed"]):
+        rows += onset_predictions(summary["predicted"]["onsets"], onsets, f", seed {s}")
+    return rows
+
+
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -185,4 +201,16 @@ FIGURE = Figure(
     compute=compute,
     plot=plot,
     report=report,
+    predictions=predictions_of,
+    how_to_read=(
+        "Top: attention entropy H_q of each query (its token's colour) against t, with H(pi) "
+        "(grey dashed, the unfocused level) and ln d (grey dotted, uniform); triangles mark the "
+        "counted turning points (down: a minimum, the query focuses; up: a maximum, it "
+        "dilutes). Down-up-down is one cycle of focus, dilution and renewed focus; in the second "
+        "cycle another query may take the focus. Bottom: embedding norms ||W0[k]|| per token "
+        "(colours) and the singular values of W0 (black: solid 1st, dashed 2nd, dotted 3rd): "
+        "low-frequency norms rise and fall, and a new singular value grows at each cycle. "
+        "Shading: the measured stages of seed 0's first cycle; dashed verticals: the predicted "
+        "onsets t_I-t_IV (leading order in ln(1/eps))."
+    ),
 )

@@ -230,4 +230,14 @@ FIGURE = Figure(
     compute=compute,
     plot=plot,
     report=report,
+    how_to_read=(
+        "For each tracked query token, two panels: its attention mass on its five top key types "
+        "(ranked by their largest mass during training; the legend gives each key's frequency "
+        "rank in the corpus) and on all other types (grey), stacked, against the step; below "
+        "it, the entropy of its attention over key types. A query focuses while one key type "
+        "holds most of its attention (entropy near 0) and dilutes while the entropy rises; the "
+        "paper's pattern is focus on frequent keys first, then dilution, then new foci. Bottom: "
+        "the validation loss with ln V (uniform, grey dotted) and the unigram entropy "
+        "(purple dashed). The claim is qualitative: no predicted number is drawn."
+    ),
 )

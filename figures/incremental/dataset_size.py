@@ -26,6 +26,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
+from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
 from simulate.incremental.markov_training import (
     EARLY_STOPPING_RULE,
@@ -236,6 +237,41 @@ def compute(cfg: DatasetSizeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     return data, summary
 
 
+def predictions(summary: dict) -> list[Prediction]:
+    """The complexity ladder under early stopping (spec §5.8): the largest set (or online) learns
+    every block by its early-stopping step, the smallest fewer, and the stage there does not
+    fall as n grows (1 = yes)."""
+    largest = summary["per_size"][-1]
+    check = summary["check"]
+    return [
+        Prediction(
+            f"stage at the early-stopping step, {largest['size']} (lag blocks learned)",
+            len(summary["setting"]["blocks"]),
+            largest["stage_at_best"],
+            0.0,
+            f"{CLOSEST_RULE}; with enough data every block is learned",
+            "difference",
+        ),
+        Prediction(
+            f"fewer stages at early stopping with {check['smallest_size']} than with "
+            f"{check['largest_or_online']} (1 = yes)",
+            1.0,
+            float(check["fewer_stages_with_smallest_n"]),
+            0.0,
+            f"{CLOSEST_RULE}; smaller datasets yield fewer learned stages",
+            "difference",
+        ),
+        Prediction(
+            "stage at early stopping non-decreasing in n (1 = yes)",
+            1.0,
+            float(check["stage_nondecreasing_in_n"]),
+            0.0,
+            f"{CLOSEST_RULE}; the stage index at early stopping increases with n",
+            "difference",
+        ),
+    ]
+
+
 def report(summary: dict) -> str:
     rows = [
         [
@@ -347,4 +383,12 @@ FIGURE = Figure(
     compute,
     plot,
     report,
+    how_to_read=(
+        "Left: best-so-far excess validation loss for each training-set size and online, a dot "
+        "at each size's early-stopping step (best validation loss), grey dotted levels: the "
+        "learned baselines' excess losses. Other panels: KL to the learned 4-, 8- and 12-gram "
+        "baselines for each size, dashed lines at each size's early-stopping step; the summary "
+        "gives the baseline closest in KL there, i.e. the context class early stopping selects."
+    ),
+    predictions=predictions,
 )

@@ -18,6 +18,7 @@ import xarray as xr
 
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
+from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
 from simulate.incremental.markov_reduction import match_heads, ode_block_mass
 from simulate.incremental.markov_training import MarkovTrainConfig, split_step
@@ -54,6 +55,12 @@ def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     ode_split = split_step(ts, ode_mass)
     scale = train_split / ode_split  # steps per unit of ODE time
     order = list(match_heads(run["block_mass"].values[-1], ode_mass[-1]))
+    # the dashed curves at the last step: the ODE at that step's mapped time (nan past its horizon)
+    t_last = steps[-1] / scale
+    ode_last = np.full(ode_mass.shape[1:], np.nan)
+    if np.isfinite(t_last) and t_last <= ts[-1]:
+        for k, j in np.ndindex(ode_last.shape):
+            ode_last[k, j] = np.interp(t_last, ts, ode_mass[:, order[k], j])
     data = xr.Dataset(
         {
             "block_mass": (("step", "head", "block"), run["block_mass"].values),
@@ -78,8 +85,34 @@ def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         "ode_head_order": order,
         "final_block_mass": run["block_mass"].values[-1],
         "final_value_alignment": run["value_alignment"].values[-1],
+        "ode_block_mass_at_last_step": ode_last,
     }
     return data, summary
+
+
+MASS_TOLERANCE = 0.1
+"""block masses within 0.1 count as equal (the head-splitting rule's threshold)."""
+
+
+def predictions(summary: dict) -> list[Prediction]:
+    """Each head's attention mass on each block at the last step: the matched ODE head (dashed)
+    beside the trained head (solid); a run stored before the summary kept the ODE's masses has
+    them as not measured."""
+    trained = np.asarray(summary["final_block_mass"], float)
+    ode = np.asarray(summary.get("ode_block_mass_at_last_step", np.nan + trained), float)
+    return [
+        Prediction(
+            f"attention mass of head {k + 1} on block {j + 1} at the last step",
+            float(ode[k, j]),
+            float(trained[k, j]),
+            MASS_TOLERANCE,
+            "predicted: the reduced ODE (replicator) of the same blocks, its heads matched to the "
+            "trained heads and its time mapped by the fitted ratio of head-splitting times; "
+            "0.1, the difference below which the head-splitting rule counts masses equal",
+            "difference",
+        )
+        for k, j in np.ndindex(trained.shape)
+    ]
 
 
 def report(summary: dict) -> str:
@@ -146,4 +179,13 @@ FIGURE = Figure(
     compute,
     plot,
     report,
+    how_to_read=(
+        "Top: attention mass of each head on each lag block from the last query against the "
+        "step; bottom: value alignment <V_h, A*_j / ||A*_j||_F> of each head with each block's "
+        "teacher matrix. Solid: training; dashed (top): the reduced ODE of the same blocks and "
+        "importances, its heads matched to the trained heads and its time mapped to steps by one "
+        "fitted constant, the ratio of the head-splitting times (training split: red dotted "
+        "line). Negative alignments after the split are the cooperative offsets."
+    ),
+    predictions=predictions,
 )

@@ -21,6 +21,7 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import Flat
 from figures.core.output import format_table
+from figures.core.verdicts import Prediction
 from figures.mean_field.common import TrainedFigureOptions, train
 from simulate.mean_field.measure import FIT_RULE, fit_rate
 from simulate.mean_field.training import (
@@ -150,6 +151,59 @@ def report(summary: dict) -> str:
     )
 
 
+KAPPA_TOLERANCE = 0.25
+"""kappa fitted from the trained profile against the Rayleigh quotient: within 25% (the quick
+figure test's bound; the Rayleigh quotient is one mode averaged over t >= T/2)."""
+WIDTH_TOLERANCE = 0.3
+"""terminal-layer width against the LQ law ln 10/(2 kappa): within 30% (the escape figure test's
+bound)."""
+LINEAR_RESPONSE_TOLERANCE = 0.1
+"""||W_t|| = ||G_t||/lambda is first order in 1/lambda: a 10% relative error at the largest
+lambda."""
+
+
+def predictions(summary: dict) -> list[Prediction]:
+    """The restoring rate kappa of the escape mode (§5.4) against the slope of the trained
+    profile, the terminal-layer width of every lambda against ln 10/(2 kappa) (§5.5 (i), (iii)),
+    and the linear response ||G_t||/lambda against the trained profile at the largest lambda."""
+    big = f"{summary['largest_lambda']:g}"
+    rows = [
+        Prediction(
+            f"restoring rate kappa of the escape mode (1/depth), lambda = {big}: Rayleigh "
+            "quotient at the W = 0 state",
+            summary["kappa_rayleigh"],
+            summary["kappa_fit_largest_lambda"],
+            KAPPA_TOLERANCE,
+            "FIT_RULE (slope of log ||W_b|| over the last quarter of the depth) against the "
+            "Rayleigh quotient of the attention Jacobian along cos theta; within 25%",
+        )
+    ]
+    rows += [
+        Prediction(
+            f"terminal-layer width90 (depth), lambda = {lam}: LQ ln 10/(2 kappa)",
+            summary["width90_lq_prediction"],
+            v["width90"],
+            WIDTH_TOLERANCE,
+            "WIDTH_RULE on the final seed-mean profile; the LQ law holds in the linear-response "
+            "regime (large lambda); within 30%",
+        )
+        for lam, v in summary["per_lambda"].items()
+    ]
+    rows.append(
+        Prediction(
+            f"max relative error of ||W_t|| against ||G_t||/lambda in the last quarter of the "
+            f"depth, lambda = {big}: linear response (0)",
+            0.0,
+            summary["linear_response_max_rel_error_last_quarter"],
+            LINEAR_RESPONSE_TOLERANCE,
+            "final seed-mean profile against the gradient density of the terminal loss at "
+            "W = 0 divided by lambda; exact to first order in 1/lambda: within 10%",
+            "difference",
+        )
+    )
+    return rows
+
+
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
@@ -237,4 +291,14 @@ FIGURE = Figure(
     compute=compute,
     plot=plot,
     report=report,
+    how_to_read="(a) The trained control norm ||W_t||_F against the depth t (log scale), one "
+    "colour per lambda (steps: one value per depth bin); dashed, for lambda >= 1: the "
+    "linear-response prediction ||G_t||/lambda, G_t the gradient density of the terminal loss at "
+    "W = 0; black dotted: the turnpike profile e^{-kappa (T - t)} with kappa the Rayleigh rate of "
+    "the escape mode, anchored at the largest lambda's last bin; grey band: the last quarter of "
+    "the depth. Small in the middle and rising along the dotted slope near T is the predicted "
+    "terminal layer; the dashed lines should lie on the solid ones at large lambda. (b) During "
+    "training: the depth of the maximum of ||W_t|| (circles) and T minus the terminal-layer width "
+    "(squares) per lambda, against the LQ level T - ln 10/(2 kappa) (black dotted).",
+    predictions=predictions,
 )

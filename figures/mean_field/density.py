@@ -19,8 +19,9 @@ import xarray as xr
 from figures.core.figure import Figure
 from figures.core.options import Flat
 from figures.core.output import format_table
+from figures.core.verdicts import Prediction
 from figures.mean_field.common import TrainedFigureOptions, train
-from simulate.mean_field.measure import ONSET_RULE, escape_onset
+from simulate.mean_field.measure import ONSET_DIFFERENCE, ONSET_RULE, escape_onset
 from simulate.mean_field.training import MeanFieldConfig
 
 
@@ -95,6 +96,23 @@ def report(summary: dict) -> str:
         f"token density, lambda = {summary['lambda']} (rule: {summary['onset_rule']})\n"
         + format_table(["quantity", "value"], [[k, summary[k]] for k in keys])
     )
+
+
+def predictions(summary: dict) -> list[Prediction]:
+    """Turnpike (ii) (§5.5): over the middle of the depth the trained flow follows the untrained
+    one, so its two-well order parameter r_2 keeps the untrained plateau."""
+    return [
+        Prediction(
+            f"r_2 plateau of the trained flow (lambda = {summary['lambda']}), mean over "
+            "T/4 <= t <= 3T/4: the untrained plateau",
+            summary["r2_plateau_untrained"],
+            summary["r2_plateau_trained"],
+            ONSET_DIFFERENCE,
+            f"seed-mean r_2 averaged over the middle half of the depth; within {ONSET_DIFFERENCE}, "
+            "the band within which the onset rule calls the trained flow the untrained one",
+            "difference",
+        )
+    ]
 
 
 def _draw_paths(ax, depth, paths):
@@ -196,4 +214,14 @@ FIGURE = Figure(
     compute=compute,
     plot=plot,
     report=report,
+    how_to_read="Top two panels: the token density (colour) over the angle theta against the "
+    "depth t, without control (W = 0) and with the trained FFN, with sample token paths in white; "
+    "grey dashed: the wells theta = 0 and pi, cyan dashed: the target e_2 (theta = pi/2). Without "
+    "control the mass gathers in the two wells and stays; the turnpike picture has the trained "
+    "flow follow it for most of the depth and move towards e_2 only near the output. Bottom: <x, "
+    "e_2> (blue) and the two-well order parameter r_2 (green), dashed untrained and solid "
+    "trained, with the control norm ||W_t||_F on the right axis (red steps); the orange dotted "
+    "line is the measured escape onset, the last depth at which the trained <x, e_2> is within "
+    "0.1 of the untrained one.",
+    predictions=predictions,
 )
