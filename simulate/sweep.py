@@ -21,7 +21,9 @@ import time
 import types
 import typing
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -183,6 +185,18 @@ instance binds to 127.0.0.1 (``_node_ip_address`` alone still registers the host
 def _run_ray(
     name: str, points: list[tuple[RunOptions, RunOutput]], address: str | None, workers: int
 ) -> list[str]:
+    with connect_ray(address, workers) as ray:
+        task = ray.remote(num_cpus=1)(run_point)
+        return ray.get([task.remote(name, cfg, output) for cfg, output in points])
+
+
+@contextmanager
+def connect_ray(address: str | None, workers: int) -> Iterator[Any]:
+    """``with connect_ray(address, workers) as ray:`` the ``ray`` module, connected to the
+    cluster at ``address``, or to a private local instance on loopback with ``workers`` CPUs
+    when ``address`` is None; shut down (a cluster only disconnected) on exit. Already
+    connected: used as it is and left connected. ``ConfigError`` when Ray is not installed or
+    the cluster cannot be reached."""
     if not address:
         os.environ.setdefault(LOOPBACK_ENV, "0")
     try:
@@ -221,8 +235,7 @@ def _run_ray(
                     f"(Ray was imported before {LOOPBACK_ENV}=0 could be set)",
                 )
     try:
-        task = ray.remote(num_cpus=1)(run_point)
-        return ray.get([task.remote(name, cfg, output) for cfg, output in points])
+        yield ray
     finally:
         if started:
             ray.shutdown()  # stops a local instance; for a cluster address only disconnects
