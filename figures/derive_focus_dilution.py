@@ -1,9 +1,10 @@
 """``stagewise derive focus-dilution``: the population model of spec ``focus_dilution.md`` §3.3 and
-its four stage linearisations (§5.2-5.5), with the numbers at one setting.
+its four stage linearisations (§5.2-5.5), with the numbers at one setting, and the O(1) offsets
+of the stage onsets (issue 17 item 3).
 
-Closed forms: ``theory.focus_dilution.population``, ``.stages`` and ``.manifold``. The Stage-IV
-rest point needs the reduced manifold flow integrated to rest (diffrax,
-``simulate.focus_dilution.flow.stage_four_point``), imported only when the derivation runs."""
+Closed forms: ``theory.focus_dilution.population``, ``.stages``, ``.manifold`` and ``.offsets``.
+The Stage-IV rest point and the offsets' firing levels need the reduced flow integrated (diffrax,
+``simulate.focus_dilution.offsets``), imported only when the derivation runs."""
 
 from __future__ import annotations
 
@@ -17,6 +18,15 @@ from theory.focus_dilution.manifold import (
     manifold_parameters,
     predicted_stage_times,
     redistribution_response,
+    rest_point,
+)
+from theory.focus_dilution.offsets import (
+    StageConstants,
+    offset_onsets,
+    offset_terms,
+    origin_neutral_projector,
+    stage_four_amplitude,
+    typical_amplitudes,
 )
 from theory.focus_dilution.population import (
     Parameters,
@@ -52,6 +62,10 @@ class FocusDilutionDeriveConfig:
     """lambda, repeat probability of the chain in (0, 1) (Stage II needs lambda > 0)."""
     eps: float = 1e-3
     """init scale of the predicted stage onsets, in (0, 1)."""
+    width: int = 16
+    """m, embedding width (the offsets' typical initial amplitudes)."""
+    key_width: int = 16
+    """m_k, query/key width (the offsets' typical initial amplitudes)."""
     latex: bool = False
     """print LaTeX instead of text."""
 
@@ -60,6 +74,8 @@ class FocusDilutionDeriveConfig:
         second_critical_point(self.pi)  # a non-uniform pi (else no theta_c^1)
         require(0 < self.lam < 1, "lam", self.lam, "a repeat probability in (0, 1)")
         require(0 < self.eps < 1, "eps", self.eps, "an init scale in (0, 1)")
+        require(2 <= self.width <= 4096, "width", self.width, "an embedding width in [2, 4096]")
+        require(1 <= self.key_width <= 4096, "key_width", self.key_width, "a width in [1, 4096]")
 
 
 def _vector(values) -> str:
@@ -67,7 +83,8 @@ def _vector(values) -> str:
 
 
 def derive(cfg: FocusDilutionDeriveConfig) -> str:
-    from simulate.focus_dilution.flow import stage_four_point  # diffrax / jax: only when run
+    # diffrax / jax: only when run
+    from simulate.focus_dilution.offsets import PROBE, stage_constants
 
     show = sp.latex if cfg.latex else sp.sstr
     pi = validate_pi(cfg.pi)
@@ -148,8 +165,9 @@ def derive(cfg: FocusDilutionDeriveConfig) -> str:
         f"k_D = {red.D_per_kappa:.6g}",
     ]
 
-    # Stage IV (spec §5.5)
-    four = stage_four_point(pi, P)
+    # Stage IV (spec §5.5): the rest point of the reduced run of the offsets below
+    constants = stage_constants(pi, P)
+    four = rest_point(constants.rest_state, pi, P)
     L_IV = float(parameter_loss(manifold_parameters(four.state, 1, 1), pi, P))
     lines += [
         "",
@@ -179,4 +197,57 @@ def derive(cfg: FocusDilutionDeriveConfig) -> str:
             else "  t_IV = inf: mu_IV = 0, the degenerate stall (symmetric low-frequency tokens)"
         ),
     ]
+    leading = [times.t_I, times.t_II, times.t_II + constants.delay_III, times.t_IV]
+    lines += _offsets(cfg, constants, PROBE, leading)
     return "\n".join(lines)
+
+
+def _offsets(cfg: FocusDilutionDeriveConfig, k: StageConstants, probe: float, leading) -> list[str]:
+    """The onsets with their O(1) offsets (theory.focus_dilution.offsets) at the typical
+    (root-mean-square) amplitudes of an N(0, eps^2) initialisation."""
+    pi = validate_pi(cfg.pi)
+    amps = typical_amplitudes(pi, cfg.eps, cfg.width, cfg.key_width)
+    onsets = offset_onsets(k, amps)
+    terms = offset_terms(k, amps, cfg.eps)
+    h = origin_neutral_projector(pi) @ k.carry_IV
+    lines = [
+        "",
+        "Onsets with their O(1) offsets (issue 17): each escape takes ln(a*/A)/rate, A the "
+        "amplitude of its unstable mode at the previous onset, a* the mode's amplitude "
+        "(extrapolated along its linear growth) where the onset rule fires; the leading order "
+        "is A = eps, a* = 1",
+        f"  amplitudes of an N(0, eps^2) init (root mean square, m = {cfg.width}, "
+        f"m_k = {cfg.key_width}):",
+        f"    Stage I at the origin: A_I = ||W0^T a + W1 b||/2 = eps sqrt(m/2) = "
+        f"{amps.stage_one:.6g}  (x = W0^T a, y = W1 b: (x + y)/2 grows as e^(sigma t) along "
+        "alpha = (x0 + y0)/||x0 + y0||)",
+        f"    Stage II at theta_c^1: A_II = ||(WQ + WK)^T alpha||/2 = eps sqrt(m_k/2) = "
+        f"{amps.stage_two:.6g}, carried through Stage I at the rate c(t) = -gamma^T G_Phi gamma: "
+        f"gain G_I = lim exp(int_0^t c - c (t - t_I)) = {k.gain_I:.6g}",
+        f"    Stage IV at the rest point: A_IV = ||h^T Pi_0 Z|| = eps sqrt(m - 1) ||Pi_0 h|| = "
+        f"{stage_four_amplitude(k, amps):.6g}  (Z: seeds along the m - 1 directions "
+        "orthogonal to alpha, Pi_0: their neutral part at the origin, h: the transverse "
+        "linearisation [[0, -B], [-B^T, 0]] along Stages I-III, projected on the Stage-IV mode "
+        f"at t_III; ||Pi_0 h|| = {np.linalg.norm(h):.6g})",
+        f"  firing levels, from the reduced flow started at amplitude {probe:g}:",
+        f"    a_I* = {k.fire_I:.6g}  (loss at the midpoint of [H(pi), ln d])",
+        f"    a_II* = {k.fire_II:.6g}  (p_h(h) at the midpoint of [pi_h, 1])",
+        f"    Delta_III = t_III - t_II = {k.delay_III:.6g}  (max_q H_q rises above H(pi))",
+    ]
+    if math.isfinite(k.fire_IV):
+        lines.append(
+            f"    a_IV* = {k.fire_IV:.6g}  (sigma_2(W0) = 1/2; the m = 2, m_k = 1 flow, an "
+            "invariant subspace of the full one)"
+        )
+    lines += [
+        "  t_I = ln(a_I*/A_I)/sigma,  t_II = t_I + ln(a_II*/(G_I A_II))/c,  "
+        "t_III = t_II + Delta_III,  t_IV = t_III + ln(a_IV*/A_IV)/mu_IV",
+        f"  at eps = {cfg.eps:.3g}: each escape's offset against its leading ln(1/eps)/rate "
+        "(Stage III: no escape, its delay in both rules)",
+        "  stage  start offset ln(eps/A)/rate  firing offset ln(a*)/rate  onset (leading)  "
+        "onset (offsets)",
+    ]
+    for stage, onset, lead in zip(("I", "II", "III", "IV"), onsets.onsets, leading):
+        start, fire = terms.get(stage, (math.nan, math.nan))
+        lines.append(f"  {stage:>5}  {start:>27.4g}  {fire:>25.4g}  {lead:>15.6g}  {onset:>15.6g}")
+    return lines

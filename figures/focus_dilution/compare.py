@@ -1,11 +1,13 @@
 """``stagewise compare focus-dilution``: the stage levels and onsets predicted by the focus-dilution
-theory beside those measured (spec ``focus_dilution.md`` §5-6; issue 5 item 4).
+theory beside those measured (spec ``focus_dilution.md`` §5-6; issue 5 item 4, issue 17 item 3).
 
 Three comparisons, one table each (stdout and summary.json) and one figure:
-1. Population gradient flow of the full parameters (diffrax): every stage against its prediction
-   (``t_I = ln(1/eps)/sigma``, ``t_II = t_I + ln(1/eps)/c``, ``t_III = t_II +`` the reduced
-   manifold-flow delay, ``t_IV = t_II + ln(1/eps)/mu_IV``; plateaus ``ln d``, ``H(pi)``, the
-   Stage-IV rest point's loss).
+1. Population gradient flow of the full parameters (diffrax): every stage against two predictions
+   side by side, the leading order in ln(1/eps) (``t_I = ln(1/eps)/sigma``,
+   ``t_II = t_I + ln(1/eps)/c``, ``t_III = t_II +`` the reduced manifold-flow delay,
+   ``t_IV = t_II + ln(1/eps)/mu_IV``) and the onsets with their O(1) offsets from each seed's
+   initial parameters (``simulate.focus_dilution.predictions.OFFSET_RULE``); plateaus ``ln d``,
+   ``H(pi)``, the Stage-IV rest point's loss.
 2. The finite-sample model (``focus-dilution`` experiment: softmax over positions, last-token
    cross-entropy, a fixed set of sampled sequences, full-batch gradient descent, time = steps x lr)
    at a long context: its onsets against the same predictions and against the population flow
@@ -29,7 +31,7 @@ import xarray as xr
 from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
-from figures.core.output import stage_table
+from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from figures.focus_dilution.common import (
     PLATEAU_RULE,
@@ -37,6 +39,7 @@ from figures.focus_dilution.common import (
     PLATEAUS,
     STAGES,
     check_horizon,
+    offset_onset_predictions,
     onset_predictions,
     plateau_predictions,
 )
@@ -56,6 +59,9 @@ LEVEL_NAMES = ("ln d", "H(pi)", None, "L(Stage-IV point)")
 QUICK_GD = {"seeds": 1, "context": 128, "train_size": 1024, "lr": 0.1}
 """--quick: the gradient-descent run (and the flow beside it)."""
 QUICK_ADAM_STEPS = 1500
+STALL_SPAN = 4.0
+"""with no Stage IV predicted (mu_IV = 0: symmetric low-frequency tokens, the stall of spec §5.5)
+the runs go to horizon x STALL_SPAN x the leading-order t_III instead of horizon x t_IV."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,8 @@ class CompareConfig(FigureOptions):
     adam_steps: int = 3000
     """Adam steps."""
     horizon: float = 1.3
-    """run to this multiple of the predicted Stage-IV onset t_IV."""
+    """run to this multiple of the predicted (leading-order) Stage-IV onset t_IV (of 4 t_III where
+    no Stage IV is predicted: the stall)."""
 
     def __post_init__(self):
         require(self.train.source == "markov", "source", self.train.source, "markov")
@@ -112,26 +119,56 @@ class CompareConfig(FigureOptions):
 
 
 def _rows(pred: dict, onsets: np.ndarray, levels: np.ndarray) -> list[dict]:
-    """Table rows: stage, plateau before it predicted and measured, start predicted and
-    measured (mean over seeds), ratio (mean, min, max)."""
+    """Table rows: stage, plateau before it predicted and measured, start measured (mean over
+    seeds), start predicted by the leading order and with the offsets (mean over seeds), and
+    measured / predicted for each (mean over seeds, min, max)."""
     level_pred = [pred["ln_d"], pred["H_pi"], np.nan, pred["L_IV"]]
     level_meas = [levels[:, 0], levels[:, 1], np.full(len(levels), np.nan), levels[:, 2]]
+    offset = np.asarray(pred["onsets_offset_per_seed"], float)
     rows = []
     for k, stage in enumerate(STAGES):
         ratio = onsets[:, k] / pred["onsets"][k]
+        ratio_offset = onsets[:, k] / offset[:, k]
         rows.append(
             {
                 "stage": stage,
                 "level_predicted": level_pred[k],
                 "level_measured": _finite(np.nanmean, level_meas[k]),
-                "start_predicted": pred["onsets"][k],
                 "start_measured": _finite(np.nanmean, onsets[:, k]),
+                "start_predicted": pred["onsets"][k],
                 "ratio": _finite(np.nanmean, ratio),
                 "ratio_min": _finite(np.nanmin, ratio),
                 "ratio_max": _finite(np.nanmax, ratio),
+                "start_offset": float(np.mean(offset[:, k])),
+                "ratio_offset": _finite(np.nanmean, ratio_offset),
+                "ratio_offset_min": _finite(np.nanmin, ratio_offset),
+                "ratio_offset_max": _finite(np.nanmax, ratio_offset),
             }
         )
     return rows
+
+
+TABLE_COLUMNS = {
+    "stage": "stage",
+    "level_predicted": "level pred",
+    "level_measured": "level meas",
+    "start_measured": "start meas (t)",
+    "start_predicted": "pred (leading)",
+    "ratio": "meas/pred (leading)",
+    "start_offset": "pred (offsets)",
+    "ratio_offset": "meas/pred (offsets)",
+    "ratio_offset_min": "min",
+    "ratio_offset_max": "max",
+}
+"""the stage table's columns: row key -> header (starts and ratios are means over seeds; min and
+max of meas/pred (offsets) over seeds)."""
+
+
+def stage_table(rows: list[dict]) -> str:
+    """(A run stored before issue 17 has no offsets: "-" there.)"""
+    return format_table(
+        list(TABLE_COLUMNS.values()), [[r.get(k) for k in TABLE_COLUMNS] for r in rows]
+    )
 
 
 def _finite(reduce, x) -> float:
@@ -143,13 +180,15 @@ def _finite(reduce, x) -> float:
 def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pi, P = cfg.train.chain()
     eps = cfg.train.init_scale
-    pred = predictions(pi, P, eps)
-    t_end = cfg.horizon * pred["onsets"][3]
-    gd_cfg = cfg.finite("gd", t_end)
-    seed_ids = gd_cfg.seed_ids
+    base = cfg.quick_setting("train", QUICK_GD)
+    seed_ids = base.seed_ids
     # the population flow starts from the training runs' own initial parameters
     keys = seed_streams(seed_ids)["init"]
-    init = jax.vmap(lambda k: initial_parameters(k, pi.size, gd_cfg.m, gd_cfg.m_k, eps))(keys)
+    init = jax.vmap(lambda k: initial_parameters(k, pi.size, base.m, base.m_k, eps))(keys)
+    pred = predictions(pi, P, eps, init=init)
+    t_IV = pred["onsets"][3]
+    t_end = cfg.horizon * (t_IV if math.isfinite(t_IV) else STALL_SPAN * pred["onsets"][2])
+    gd_cfg = cfg.finite("gd", t_end)
     t_grid = gd_cfg.lr * np.arange(0, gd_cfg.steps + 1, gd_cfg.log_every)
     pop = solve_flow(pi, P, eps, seed_ids, t_grid, init=init, progress=not cfg.quiet)
     pop_onsets = run_onsets(pop)
@@ -259,13 +298,17 @@ def report(summary: dict) -> str:
     gd = summary["finite_gd"]
     adam = summary["finite_adam"]
     ratio = np.asarray(gd["onset_over_population_flow_same_init"], float)
-    same_init = ", ".join(f"{st} {np.nanmean(ratio[:, k]):.4g}" for k, st in enumerate(STAGES))
+    same_init = ", ".join(
+        f"{st} {_finite(np.nanmean, ratio[:, k]):.4g}" for k, st in enumerate(STAGES)
+    )
     adam_onsets = ", ".join(f"{st} {float(t):.4g}" for st, t in zip(STAGES, adam["onsets_steps"]))
     adam_levels = ", ".join(f"{float(x):.4g}" for x in adam["plateaus"])
     cfg_gd, cfg_adam = gd["config"], adam["config"]
     lines = [
         f"Population gradient flow, pi = {s['pi']}, eps = {s['eps']}, seeds {s['seeds']}",
         stage_table(summary["population_flow"]["rows"]),
+        "pred (leading): " + summary["predicted"]["rule"],
+        "pred (offsets): " + summary["predicted"].get("offset_rule", "not in this stored run"),
         "",
         (
             f"Finite-sample model, full-batch GD (context {cfg_gd['context']}, "
@@ -293,9 +336,10 @@ SAME_INIT_RULE = (
 
 def predictions_of(summary: dict) -> list[Prediction]:
     """Onsets and plateaus of the population flow and of finite-sample GD against the leading
-    order; GD against the flow from the same init, per seed and stage; Adam's plateaus (no time
-    map, so no onsets)."""
+    order and, per seed, against the onsets with offsets; GD against the flow from the same init,
+    per seed and stage; Adam's plateaus (no time map, so no onsets)."""
     pred = summary["predicted"]
+    seeds = summary["setting"]["seeds"]
     rows = []
     for key, name in (("population_flow", "population flow"), ("finite_gd", "finite-sample GD")):
         table = summary[key]["rows"]
@@ -306,13 +350,18 @@ def predictions_of(summary: dict) -> list[Prediction]:
             f", {name}, mean over seeds",
             time,
         )
+        # a run stored before issue 17 has no offsets
+        for s, offset, measured in zip(
+            seeds, pred.get("onsets_offset_per_seed", []), summary[key]["onsets_per_seed"]
+        ):
+            rows += offset_onset_predictions(offset, measured, f", {name}, seed {s}", time)
         levels = {r["stage"]: r["level_measured"] for r in table}
         rows += plateau_predictions(
             pred, [levels["I"], levels["II"], levels["IV"]], f", {name}, mean over seeds"
         )
     gd = summary["finite_gd"]
     for s, flow, finite in zip(
-        summary["setting"]["seeds"],
+        seeds,
         summary["population_flow"]["onsets_per_seed"],
         gd["onsets_per_seed"],
     ):
@@ -348,7 +397,7 @@ def plot(data: xr.Dataset, summary: dict):
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     (ax_loss, ax_on), (ax_obs, ax_adam) = axes
     shade_stages(ax_loss, data["pop_onset"].values[0], t[-1], names=STAGES)
-    mark_times(ax_loss, pred["onsets"], names=STAGES, legend="predicted onsets")
+    mark_times(ax_loss, pred["onsets_offset_per_seed"][0], names=STAGES, legend="predicted onsets")
     ax_loss.plot(t, data["pop_loss"].values[0], "k", label="population flow")
     ax_loss.plot(
         t,
@@ -379,6 +428,7 @@ def plot(data: xr.Dataset, summary: dict):
     )
     ax_loss.legend(fontsize=7)
     p = np.asarray(pred["onsets"], float)
+    p_offset = np.asarray(pred["onsets_offset_per_seed"], float)
     for key, color, name in (
         ("pop_onset", "k", "population flow"),
         ("gd_onset", "tab:red", "finite-sample GD"),
@@ -389,10 +439,21 @@ def plot(data: xr.Dataset, summary: dict):
                 np.full(on.shape[0], p[k]),
                 on[:, k],
                 "o",
+                mfc="none",
                 color=color,
                 ms=5,
-                label=name if k == 0 else None,
+                label=f"{name} against the leading order" if k == 0 else None,
             )
+            ax_on.plot(
+                p_offset[:, k],
+                on[:, k],
+                "o",
+                color=color,
+                ms=5,
+                label=f"{name} against the onsets with offsets" if k == 0 else None,
+            )
+            if not (math.isfinite(p[k]) and np.isfinite(on[:, k]).any()):
+                continue
             ax_on.annotate(
                 STAGES[k],
                 (p[k], np.nanmean(on[:, k])),
@@ -400,7 +461,9 @@ def plot(data: xr.Dataset, summary: dict):
                 xytext=(6, -10),
                 fontsize=8,
             )
-    lim = np.array([0.8 * np.nanmin(p), 1.2 * np.nanmax(p)])
+    finite = np.concatenate([p, p_offset.ravel()])
+    finite = finite[np.isfinite(finite)]
+    lim = np.array([0.8 * finite.min(), 1.2 * finite.max()])
     ax_on.plot(lim, lim, "k--", lw=0.8, label="measured = predicted")
     ax_on.set(
         xscale="log",
@@ -419,7 +482,7 @@ def plot(data: xr.Dataset, summary: dict):
         t, data["gd_sigma2"].values[0], color="tab:red", ls=":", label=r"$\sigma_2(W_0)$ finite GD"
     )
     twin.set(yscale="log", ylabel=r"$\sigma_2(W_0)$ (dotted)")
-    mark_times(ax_obs, pred["onsets"], names=STAGES, legend=None)
+    mark_times(ax_obs, pred["onsets_offset_per_seed"][0], names=STAGES, legend=None)
     ax_obs.legend(fontsize=7, loc="center left")
     twin.legend(fontsize=7, loc="center right")
     ax_obs.set_title("focus (II) and the second embedding direction (IV)")
@@ -462,10 +525,11 @@ FIGURE = Figure(
         "full-batch GD (red: dashed, the population loss of its parameters; thin, its "
         "validation loss) against t (steps x lr for GD), with the plateau levels ln d, H(pi) "
         "and the Stage-IV point's loss (purple dotted), the flow's measured stages shaded and "
-        "the predicted onsets dashed. Top right: measured onsets of stages I-IV (flow black, GD "
-        "red, one dot per seed) against the predicted ones on log-log axes, with the diagonal "
-        "measured = predicted (the prediction is leading order in ln(1/eps); its O(1) terms "
-        "are not predicted). Bottom left: attention of query 0 on token 0, p_0(0), for the "
+        "the predicted onsets (with offsets, seed 0) dashed. Top right: measured onsets of "
+        "stages I-IV (flow black, GD red, one dot per seed) against the predicted ones on "
+        "log-log axes, with the diagonal measured = predicted: open circles against the leading "
+        "order in ln(1/eps), filled ones against the onsets with their O(1) offsets from each "
+        "seed's initial parameters. Bottom left: attention of query 0 on token 0, p_0(0), for the "
         "flow and GD (focus, Stage II) and sigma_2(W0) (dotted, right axis: the second "
         "embedding direction, Stage IV). Bottom right: the same model under Adam against the "
         "step, stages shaded, with the plateau levels: Adam has no time map to the flow, so "

@@ -1,11 +1,13 @@
 """Figure focus-dilution-timing: stage onsets against ln(1/eps) and the Stage I-II growth rates
-(spec ``focus_dilution.md`` §7 focus-dilution-timing; theory §5.2-5.3).
+(spec ``focus_dilution.md`` §7 focus-dilution-timing; theory §5.2-5.3; issue 17 item 3).
 
 (a) measured onsets of Stages I and II (every eps and seed) against ln(1/eps), with lines of the
-predicted slopes 1/sigma and 1/sigma + 1/c (intercepts are O(1) and not predicted: each line goes
-through the mean of its points) and the fitted slopes in the legend; (b) ln ||WQ WK^T|| against t
-for every eps with the predicted slope 2c drawn over each run's exponential window; (c) the same
-for ||(W0, W1)||, the distance from the origin, with slope sigma.
+predicted slopes 1/sigma and 1/sigma + 1/c through the mean of their points (the leading order
+leaves the intercepts open) and the onsets with their O(1) offsets predicted from each run's
+initial parameters (crosses); the fitted slopes in the legend; (b) ln ||WQ WK^T|| against t for
+every eps with the predicted slope 2c drawn over each run's exponential window; (c) the same for
+||(W0, W1)||, the distance from the origin, with slope sigma. The table puts every measured onset
+I-IV (mean over seeds, per eps) beside the leading order and the onsets with offsets.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from figures.focus_dilution.common import (
     STAGES,
     FlowSetting,
     check_horizon,
+    offset_onset_predictions,
+    onset_predictions,
 )
-from simulate.focus_dilution.flow import solve_flow, time_grid
+from simulate.focus_dilution.flow import initial_batch, solve_flow, time_grid
 from simulate.focus_dilution.measure import (
     ONSET_RULES,
     RATE_WINDOW_RULE,
     measured_rates,
     run_onsets,
 )
+from simulate.focus_dilution.predictions import OFFSET_RULE, leading_onsets, predictions
 from simulate.measure.fits import linear_slope
 from theory.focus_dilution.stages import second_critical_point, stage_one_rate, stage_two_rate
 from theory.validation import require
@@ -82,15 +87,20 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     t_max = cfg.horizon * (1 / sigma + 1 / c) * np.log(1 / min(eps_grid))
     eps = [e for e in eps_grid for _ in range(n_seeds)]
     seeds = [s for _ in eps_grid for s in cfg.flow.seed_ids[:n_seeds]]
+    init = initial_batch(pi.size, cfg.flow.width, cfg.flow.key_width, eps, seeds)
     data = solve_flow(
         pi,
         P,
         eps,
         seeds,
         time_grid(t_max, samples),
-        m=cfg.flow.width,
-        m_k=cfg.flow.key_width,
+        init=init,
         progress=not cfg.quiet,
+    )
+    # the offsets' constants do not depend on eps: one call predicts every run
+    pred = predictions(pi, P, max(eps_grid), init=init)
+    leading = np.array(
+        [leading_onsets(pi, P, e, pred["mu_IV"], pred["stage_three_delay"]) for e in eps]
     )
     keep = [
         "loss",
@@ -136,6 +146,11 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         },
         "rates_per_run": rates,
         "onsets_per_run": onsets,
+        "onsets_leading_per_run": leading,
+        "onsets_offset_per_run": pred["onsets_offset_per_seed"],
+        "offset_rule": OFFSET_RULE,
+        "offset_amplitudes_per_run": pred["offset_amplitudes_per_seed"],
+        "offset_constants": pred["offset_constants"],
         "eps_per_run": eps,
         "solver_steps": data["solver_steps"].values,
     }
@@ -170,10 +185,58 @@ def report(summary: dict) -> str:
             float(r["c_measured"]) / r["c_predicted"],
         ],
     ]
-    return (
+    text = (
         f"{FIGURE_ID}: onsets against ln(1/eps), eps = {summary['setting']['eps']}\n"
         + format_table(["quantity", "predicted", "measured", "meas/pred"], rows)
     )
+    if "offset_rule" not in summary:  # a run stored before issue 17
+        return text
+    return (
+        text
+        + "\n\nStage onsets, mean over seeds (pred (offsets): "
+        + summary["offset_rule"]
+        + ")\n"
+        + format_table(list(ONSET_COLUMNS), onset_rows(summary))
+    )
+
+
+ONSET_COLUMNS = (
+    "eps",
+    "stage",
+    "start meas (t)",
+    "pred (leading)",
+    "meas/pred (leading)",
+    "pred (offsets)",
+    "meas/pred (offsets)",
+)
+
+
+def _per_eps(summary: dict) -> list[tuple[float, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per eps (largest first): the mean over its seeds of the measured, leading-order and
+    with-offsets onsets (nan where a seed did not reach a stage)."""
+    eps = np.asarray(summary["eps_per_run"], float)
+    out = []
+    for e in sorted(set(eps.tolist()), reverse=True):
+        runs = eps == e
+        measured = np.asarray(summary["onsets_per_run"], float)[runs]
+        out.append(
+            (
+                e,
+                np.mean(measured, axis=0),
+                np.mean(np.asarray(summary["onsets_leading_per_run"], float)[runs], axis=0),
+                np.mean(np.asarray(summary["onsets_offset_per_run"], float)[runs], axis=0),
+            )
+        )
+    return out
+
+
+def onset_rows(summary: dict) -> list[list]:
+    """Table rows: eps, stage, measured, leading order, ratio, with offsets, ratio."""
+    return [
+        [e, stage, m[k], lead[k], m[k] / lead[k], off[k], m[k] / off[k]]
+        for e, m, lead, off in _per_eps(summary)
+        for k, stage in enumerate(STAGES)
+    ]
 
 
 SLOPE_TOLERANCE = 0.02
@@ -186,7 +249,8 @@ SLOPE_RULE = (
 
 def predictions_of(summary: dict) -> list[Prediction]:
     """The slopes of onsets I and II against ln(1/eps); sigma and c at every eps (mean over
-    seeds), as panels (b)-(c) draw them over each run's window."""
+    seeds), as panels (b)-(c) draw them over each run's window; every onset at every eps (mean
+    over seeds) against the leading order and against the onsets with offsets."""
     rows = [
         Prediction(
             f"d t_{stage} / d ln(1/eps) ({name}, gradient-flow time)",
@@ -210,6 +274,12 @@ def predictions_of(summary: dict) -> list[Prediction]:
             )
             for e in sorted(set(eps.tolist()), reverse=True)
         ]
+    if "onsets_offset_per_run" not in summary:  # a run stored before issue 17
+        return rows
+    for e, measured, leading, offset in _per_eps(summary):
+        where = f", eps = {e:g}, mean over seeds"
+        rows += onset_predictions(leading, measured, where)
+        rows += offset_onset_predictions(offset, measured, where)
     return rows
 
 
@@ -242,6 +312,14 @@ def plot(data: xr.Dataset, summary: dict):
             "--",
             color=color,
             label=f"predicted slope {slope:.4g}" + (" (1/sigma)" if k == 0 else " (1/sigma + 1/c)"),
+        )
+        ax.plot(
+            L,
+            np.asarray(summary["onsets_offset_per_run"], float)[:, k],
+            "x",
+            color="k",
+            ms=7,
+            label="predicted with offsets (each run's init)" if k == 0 else None,
         )
     ax.set(xlabel="ln(1/eps)", ylabel="onset time t", title="(a) stage onsets against ln(1/eps)")
     ax.legend(fontsize=8)
@@ -300,9 +378,11 @@ FIGURE = Figure(
     how_to_read=(
         "(a) Measured onsets of Stage I (blue) and Stage II (red), one dot per eps and seed, "
         "against ln(1/eps); the dashed lines have the predicted slopes 1/sigma and "
-        "1/sigma + 1/c and pass through the mean of their points (the intercepts are O(1) and "
-        "not predicted); the legend gives the fitted slopes. Dots along the dashed lines "
-        "confirm the Stage I-II linearisations. (b) ||WQ WK^T||_2 against t for each eps "
+        "1/sigma + 1/c and pass through the mean of their points (the leading order leaves the "
+        "O(1) intercepts open); the black crosses are the onsets with their offsets predicted "
+        "from each run's initial parameters, intercept included; the legend gives the fitted "
+        "slopes. Dots along the dashed lines confirm the Stage I-II linearisations, dots on the "
+        "crosses the offsets. (b) ||WQ WK^T||_2 against t for each eps "
         "(colour) on a log scale, with black dashed segments of the predicted slope 2c over each "
         "run's fit window; (c) the same for ||(W0, W1)||_F with slope sigma (no segment where "
         "the rule's window is empty)."

@@ -58,6 +58,10 @@ def test_timing_figure(tmp_path):
     assert r["eps"] <= 1e-6
     assert _f(r["sigma_measured"]) == pytest.approx(r["sigma_predicted"], rel=0.05)
     assert _f(r["c_measured"]) == pytest.approx(r["c_predicted"], rel=0.05)
+    measured = np.asarray(s["onsets_per_run"], float)
+    ratio = measured / np.asarray(s["onsets_offset_per_run"], float)
+    reached = np.isfinite(measured)
+    assert reached[:, :3].all() and np.all(np.abs(ratio[reached] - 1) <= 0.1)  # issue 17
 
 
 @pytest.mark.slow
@@ -133,6 +137,7 @@ def test_compare_focus_dilution(tmp_path):
     for r in pop:
         if r["stage"] in ("I", "II", "IV"):
             assert _f(r["level_measured"]) == pytest.approx(r["level_predicted"], rel=0.01)
+        assert abs(_f(r["ratio_offset"]) - 1) <= 0.1  # issue 17: onsets with offsets
     gd = s["finite_gd"]
     on = np.asarray(gd["onsets_per_seed"], float)
     assert np.all(np.isfinite(on)) and np.all(np.diff(on, axis=1) > 0)  # four stages in order

@@ -43,14 +43,15 @@ IN, OUT, MISSING = "agrees", "disagrees", "not measured"
 NAN = float("nan")
 
 
-def _predicted(P=P) -> dict:
-    """``simulate.focus_dilution.predictions.predictions`` from the closed forms; mu_IV, L_IV and
-    the Stage-III delay need the reduced manifold flow (a diffrax compile), so they are stand-ins
-    distinct from every other number (the rows' choice of number is under test, not the
-    theory)."""
+def _predicted(P=P, seeds: int = 1) -> dict:
+    """``simulate.focus_dilution.predictions.predictions`` from the closed forms; mu_IV, L_IV,
+    the Stage-III delay and the onsets with offsets need the reduced flow (diffrax compiles), so
+    they are stand-ins distinct from every other number (the rows' choice of number is under
+    test, not the theory)."""
     sigma, c = stage_one_rate(PI), stage_two_rate(PI, P)
     mu_IV, delay = sigma * c, 2.0
     times = predicted_stage_times(PI, P, EPS, mu_IV)
+    onsets = [times.t_I, times.t_II, times.t_II + delay, times.t_IV]
     H = float(entropy(PI))
     return {
         "sigma": sigma,
@@ -61,8 +62,11 @@ def _predicted(P=P) -> dict:
         "ln_d": math.log(PI.size),
         "H_pi": H,
         "L_IV": 0.9 * H,
-        "onsets": [times.t_I, times.t_II, times.t_II + delay, times.t_IV],
+        "onsets": onsets,
         "stage_three_delay": delay,
+        "onsets_offset_per_seed": np.array(
+            [[0.87 * t + 0.01 * s for t in onsets] for s in range(seeds)]
+        ),
     }
 
 
@@ -198,7 +202,7 @@ def test_entropy_cycles_rows_are_the_first_cycles_onsets_per_seed(form):
     _check(entropy_cycles.FIGURE.predictions(form(summary)), expected)
 
 
-def test_timing_rows_are_the_slopes_and_each_eps_mean_rates(form):
+def test_timing_rows_are_the_slopes_each_eps_mean_rates_and_both_onset_predictions(form):
     sigma, c = stage_one_rate(PI), stage_two_rate(PI, P)
     slopes = [1 / sigma, 1 / sigma + 1 / c]
     slope_meas = _measured(slopes, timing.SLOPE_TOLERANCE, [IN, OUT])
@@ -209,6 +213,13 @@ def test_timing_rows_are_the_slopes_and_each_eps_mean_rates(form):
     runs = [
         {k: float(means[k][0 if e == 1e-2 else 1] * s) for k in plan} for e, s in zip(eps, spread)
     ]
+    # onsets per eps: the rows take each eps's mean over its seeds, leading order then offsets
+    leading = {1e-2: np.array(_predicted()["onsets"]), 1e-4: 1.3 * np.array(_predicted()["onsets"])}
+    offset = {e: 0.9 * leading[e] for e in leading}
+    onset_plan = {1e-2: [IN, OUT, IN, MISSING], 1e-4: [OUT, IN, IN, IN]}  # against the offsets
+    measured = {
+        e: _measured(offset[e], common.OFFSET_ONSET_TOLERANCE, v) for e, v in onset_plan.items()
+    }
     summary = {
         "sigma": sigma,
         "c": c,
@@ -216,13 +227,28 @@ def test_timing_rows_are_the_slopes_and_each_eps_mean_rates(form):
         "slope_II": {"predicted": slopes[1], "measured": slope_meas[1]},
         "rates_per_run": runs,
         "eps_per_run": eps,
+        "onsets_per_run": np.stack([measured[e] * s for e, s in zip(eps, spread)]),
+        "onsets_leading_per_run": np.stack([leading[e] for e in eps]),
+        "onsets_offset_per_run": np.stack([offset[e] for e in eps]),
     }
     expected = _expect(slopes, timing.SLOPE_TOLERANCE, [IN, OUT])
     expected += _expect([sigma] * 2, common.RATE_TOLERANCE, plan["sigma"])
     expected += _expect([c] * 2, common.RATE_TOLERANCE, plan["c"])
+    for e in (1e-2, 1e-4):
+        lead, meas = leading[e], measured[e]  # the seeds' spread 0.99, 1.01 averages out
+        expected += [
+            (
+                p,
+                m,
+                MISSING if np.isnan(m) else IN if abs(m / p - 1) <= common.ONSET_TOLERANCE else OUT,
+            )
+            for p, m in zip(lead, meas)
+        ]
+        expected += _expect(offset[e], common.OFFSET_ONSET_TOLERANCE, onset_plan[e])
     rows = timing.FIGURE.predictions(form(summary))
     _check(rows, expected)
     assert "eps = 0.01" in rows[2].quantity and "eps = 0.0001" in rows[3].quantity
+    assert "with offsets" in rows[10].quantity and "with offsets" not in rows[6].quantity
 
 
 def test_symmetry_breaking_rows_are_escape_rates_plateaus_k_delta_and_the_stall(form):
@@ -263,7 +289,7 @@ def test_symmetry_breaking_rows_are_escape_rates_plateaus_k_delta_and_the_stall(
     _check(symmetry_breaking.FIGURE.predictions(form(summary)), expected)
 
 
-def test_compare_rows_are_flow_and_gd_against_theory_gd_against_flow_and_adam_plateaus(form):
+def test_compare_rows_are_flow_and_gd_against_both_predictions_gd_against_flow_and_adam(form):
     pred = _predicted()
     levels = [pred[k] for k, _ in common.PLATEAUS]
     flow_on = _measured(pred["onsets"], common.ONSET_TOLERANCE, [IN, IN, OUT, IN])[None]
@@ -282,13 +308,19 @@ def test_compare_rows_are_flow_and_gd_against_theory_gd_against_flow_and_adam_pl
         "finite_gd": {"rows": compare._rows(pred, gd_on, gd_lv), "onsets_per_seed": gd_on},
         "finite_adam": {"plateaus": adam_lv},
     }
+    offset = pred["onsets_offset_per_seed"][0]
+
+    def against(predicted, measured, tolerance):
+        return [
+            (p, m, MISSING if np.isnan(m) else IN if abs(m / p - 1) <= tolerance else OUT)
+            for p, m in zip(predicted, measured)
+        ]
+
     expected = _expect(pred["onsets"], common.ONSET_TOLERANCE, [IN, IN, OUT, IN])
+    expected += against(offset, flow_on[0], common.OFFSET_ONSET_TOLERANCE)
     expected += _expect(levels, common.PLATEAU_TOLERANCE, [IN, IN, IN])
-    gd_vs_theory = [
-        IN if abs(m / p - 1) <= common.ONSET_TOLERANCE else OUT
-        for p, m in zip(pred["onsets"][:3], gd_on[0])
-    ]
-    expected += list(zip(pred["onsets"], gd_on[0], [*gd_vs_theory, MISSING]))
+    expected += against(pred["onsets"], gd_on[0], common.ONSET_TOLERANCE)
+    expected += against(offset, gd_on[0], common.OFFSET_ONSET_TOLERANCE)
     expected += _expect(levels, common.PLATEAU_TOLERANCE, [IN, OUT, IN])
     expected += _expect(flow_on[0], compare.SAME_INIT_TOLERANCE, gd_plan)
     expected += _expect(levels, common.PLATEAU_TOLERANCE, [IN, OUT, MISSING])
@@ -307,3 +339,37 @@ def test_every_focus_dilution_figure_says_how_to_read_it_and_only_text_predicts_
         assert len(figure.how_to_read.split()) > 20, figure.id
     silent = {i for i, f in found.items() if f.predictions is no_predictions}
     assert silent == {"focus-dilution-text"}  # qualitative: no theory number beside a measurement
+
+
+def test_runs_stored_before_the_offsets_keep_their_leading_order_rows():
+    """compare and timing summaries made before issue 17 (no offsets): the report recomputes
+    their rows without offset rows instead of failing."""
+    pred = _predicted()
+    del pred["onsets_offset_per_seed"]
+    on = np.array([pred["onsets"]])
+    levels = np.array([[pred[k] for k, _ in common.PLATEAUS]])
+    table = [
+        {"stage": st, "start_predicted": p, "start_measured": m, "level_measured": lv}
+        for st, p, m, lv in zip(common.STAGES, pred["onsets"], on[0], [*levels[0], NAN])
+    ]
+    summary = {
+        "setting": {"seeds": [0]},
+        "predicted": pred,
+        "population_flow": {"rows": table, "onsets_per_seed": on},
+        "finite_gd": {"rows": table, "onsets_per_seed": on},
+        "finite_adam": {"plateaus": levels[0]},
+    }
+    rows = compare.FIGURE.predictions(summary)
+    assert len(rows) == 2 * (4 + 3) + 4 + 3
+    assert not any("with offsets" in r.quantity for r in rows)
+    sigma, c = stage_one_rate(PI), stage_two_rate(PI, P)
+    old = {
+        "sigma": sigma,
+        "c": c,
+        "slope_I": {"predicted": 1 / sigma, "measured": 1 / sigma},
+        "slope_II": {"predicted": 1 / sigma + 1 / c, "measured": 1 / sigma + 1 / c},
+        "rates_per_run": [{"sigma": sigma, "c": c}],
+        "eps_per_run": [EPS],
+        "onsets_per_run": on,
+    }
+    assert len(timing.FIGURE.predictions(old)) == 4
