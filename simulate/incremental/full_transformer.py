@@ -20,7 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from simulate.incremental.minimal_transformer import attention_mask, evaluate, xavier_uniform
+from simulate.incremental.minimal_transformer import evaluate, xavier_uniform
 
 WIDTH, HEADS, MLP, DROPOUT, MAX_LENGTH = 255, 3, 64, 0.1, 50
 """the paper's width, heads, MLP hidden units, dropout rate and positional slots (§3.2)."""
@@ -133,9 +133,9 @@ class FullTransformer(eqx.Module):
     def layers(self) -> int:
         return len(self.blocks)
 
-    def forward(self, tokens, positions, valid, key=None):
-        """Logits and attention maps of the tokens at ``positions`` with keys ``valid``."""
-        mask = attention_mask(valid)
+    def forward(self, tokens, positions, mask, key=None):
+        """Logits and attention maps of the tokens at ``positions``, query t reading the keys s
+        with ``mask[t, s]``."""
         x = self.encoder[:, tokens].T + self.positional[positions]
         keys = [None] * self.layers if key is None else list(jax.random.split(key, self.layers))
         maps = []
@@ -145,7 +145,7 @@ class FullTransformer(eqx.Module):
         return x @ self.decoder.T, jnp.stack(maps)
 
     def logits_and_attention(self, tokens, key=None):
-        return evaluate(self.forward, tokens, self.context, key)
+        return evaluate(self.forward, tokens, self.context, self.layers, key)
 
     def attention(self, tokens):
         """a (layers, H, n, n) in eval mode, causal (and windowed for a c-gram model)."""

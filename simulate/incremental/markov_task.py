@@ -132,9 +132,10 @@ def context_logits(
     order = np.argsort(-setting.importances(), kind="stable")
     keep = np.zeros(setting.h)
     keep[order[: setting.h if blocks is None else blocks]] = 1.0
-    onehot = jax.nn.one_hot(context, setting.vocab)  # (..., w, d)
-    per_block = jnp.einsum("kw,...wd->...kd", W * keep[:, None], onehot)
-    return jnp.einsum("kad,...kd->...a", A, per_block) / setting.tau  # A_k x: column of A_k
+    # rows[i, x] = sum_k W[k, i] A_k[:, x] / tau, what token x at lag i + 1 adds to the logits
+    # (A_k x is a column of A_k): a gather per context instead of one-hot products
+    rows = jnp.einsum("kw,kax->wxa", W * keep[:, None], A) / setting.tau
+    return jnp.sum(rows[jnp.arange(setting.window), context], axis=-2)
 
 
 def sample_sequences(setting: MarkovSetting, A: jax.Array, key: jax.Array, n: int) -> jnp.ndarray:

@@ -34,23 +34,31 @@ def attention_mask(valid):
     return jnp.tril(jnp.ones((m, m), bool)) & (valid[None, :] | jnp.eye(m, dtype=bool))
 
 
-def evaluate(forward: Callable, tokens, context: int | None, key=None):
-    """(logits (n, d), attention (layers, H, n, n)) of ``forward(tokens, positions, valid, key)``.
+def lag_mask(n: int, context: int | None):
+    """(n, n) mask of the keys query t reads: t - c < s <= t (all s <= t when c is None)."""
+    lag = jnp.arange(n)[:, None] - jnp.arange(n)[None, :]
+    return (lag >= 0) if context is None else (lag >= 0) & (lag < context)
 
-    With a context c the output at t is computed from the window of the last c tokens, at their
-    absolute positions, and attention row t is that window's last query. For one layer this is
-    exactly the lag mask t-c < s <= t; masking each of two layers instead would let their
-    composition read 2c-1 tokens back, so the c-gram class (a truncated window, §8.7) needs the
-    window."""
+
+def evaluate(forward: Callable, tokens, context: int | None, layers: int, key=None):
+    """(logits (n, d), attention (layers, H, n, n)) of ``forward(tokens, positions, mask, key)``.
+
+    With a context c the output at t depends on the last c tokens only, at their absolute
+    positions. One layer reads exactly its keys, so the lag mask t - c < s <= t is the c-gram
+    class, in one pass over the sequence. Masking each of two layers would let their composition
+    read 2c-1 tokens back, so two layers run each window of c tokens on its own (c times the work)
+    and attention row t is that window's last query (the truncated window of §8.7)."""
     n = tokens.shape[0]
     positions = jnp.arange(n)
-    if context is None:
-        return forward(tokens, positions, jnp.ones(n, bool), key)
+    if context is None or layers == 1:
+        return forward(tokens, positions, lag_mask(n, context), key)
     window = positions[:, None] - context + 1 + jnp.arange(context)  # (n, c), t itself last
     valid = window >= 0
     window = jnp.maximum(window, 0)
     keys = None if key is None else jax.random.split(key, n)
-    logits, attn = jax.vmap(lambda p, v, k: forward(tokens[p], p, v, k))(window, valid, keys)
+    logits, attn = jax.vmap(lambda p, v, k: forward(tokens[p], p, attention_mask(v), k))(
+        window, valid, keys
+    )
     spread = jax.nn.one_hot(window, n, dtype=attn.dtype) * valid[..., None].astype(attn.dtype)
     return logits[:, -1], jnp.einsum("tlhj,tjs->lhts", attn[..., -1, :], spread)
 
@@ -63,7 +71,24 @@ def xavier_uniform(key, shape, fan_in: int, fan_out: int, dtype):
 def _attend(WQ, u, mask):
     """a (H, m, m) of one minimal layer: keys are the raw inputs u."""
     scores = jnp.einsum("hde,te,sd->hts", WQ, u, u) * u.shape[-1] ** -0.5
+    return _softmax(scores, mask)
+
+
+def _softmax(scores, mask):
     return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
+
+
+def _one_hot_layer(WQ, WV, index, mask):
+    """(a (H, m, m), sum_k sum_s a_k(t, s) W_V^k z_s (m, rows of WV)) of a layer whose inputs are
+    the one-hot z_s = [x_s; e_s], ``index`` = (x_s, d + s): W z_s is the sum of two columns of W,
+    so the layer is gathers where the dense form multiplies by zeros (D times the work; the
+    largest cost of the training step in the profile)."""
+    token, position = index
+    rows = WQ[:, token] + WQ[:, position]  # (H, s, D): z_s^T W_Q^k
+    scores = jnp.swapaxes(rows[..., token] + rows[..., position], 1, 2)  # (H, t, s)
+    a = _softmax(scores * WQ.shape[-1] ** -0.5, mask)
+    values = WV[..., token] + WV[..., position]  # (H, rows, s): W_V^k z_s
+    return a, jnp.einsum("hts,hes->te", a, values)
 
 
 class MinimalTransformer(eqx.Module):
@@ -99,22 +124,27 @@ class MinimalTransformer(eqx.Module):
             axis=-1,
         )
 
-    def forward(self, tokens, positions, valid, key=None):
-        """Logits and attention maps of the tokens at ``positions`` with keys ``valid``."""
+    def forward(self, tokens, positions, mask, key=None):
+        """Logits and attention maps of the tokens at ``positions``, query t reading the keys s
+        with ``mask[t, s]``."""
         del key  # no dropout in the minimal model
-        mask = attention_mask(valid)
         WQ, WV = self.stacked()
-        u, maps = self.inputs(tokens, positions), []
-        for layer in range(self.layers):
+        # only the first d rows of the last layer's output are read out
+        first_rows = WV[0] if self.layers > 1 else WV[0, :, : self.vocab]
+        a, out = _one_hot_layer(WQ[0], first_rows, (tokens, self.vocab + positions), mask)
+        if self.layers == 1:
+            return out, a[None]
+        maps = [a]
+        u = self.inputs(tokens, positions) + out  # the residual stream below the last layer
+        for layer in range(1, self.layers):
             a = _attend(WQ[layer], u, mask)
-            values = jnp.einsum("hde,se->hsd", WV[layer], u)
-            out = jnp.einsum("hts,hsd->td", a, values)
-            u = u + out if layer + 1 < self.layers else out
+            out = jnp.einsum("hts,hsd->td", a, jnp.einsum("hde,se->hsd", WV[layer], u))
+            u = u + out
             maps.append(a)
-        return u[:, : self.vocab], jnp.stack(maps)
+        return out[:, : self.vocab], jnp.stack(maps)
 
     def logits_and_attention(self, tokens, key=None):
-        return evaluate(self.forward, tokens, self.context, key)
+        return evaluate(self.forward, tokens, self.context, self.layers, key)
 
     def attention(self, tokens):
         """a (layers, H, n, n), causal (and windowed for a c-gram model)."""

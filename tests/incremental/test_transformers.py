@@ -12,7 +12,7 @@ import pytest
 
 from simulate.incremental.full_transformer import FullTransformer
 from simulate.incremental.markov_training import head_asymmetry
-from simulate.incremental.minimal_transformer import init_minimal
+from simulate.incremental.minimal_transformer import evaluate, init_minimal
 
 VOCAB, N = 6, 9
 TOKENS = jnp.asarray([1, 2, 3, 4, 5, 0, 1, 2, 3])
@@ -101,6 +101,17 @@ def test_one_layer_window_is_the_lag_mask():
     t, s = np.arange(N)[:, None], np.arange(N)[None, :]
     want = jax.nn.softmax(jnp.where((s <= t) & (s > t - c), scores, -jnp.inf))
     np.testing.assert_allclose(model.attention(TOKENS)[0], want, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["minimal", "full"])
+@pytest.mark.parametrize("c", [1, 3, N])
+def test_one_layer_lag_mask_equals_the_truncated_window(kind, c):
+    """One layer runs the c-gram class as one masked pass; evaluating every window of c tokens on
+    its own (the two-layer path) gives the same logits and attention."""
+    model = make(kind, 1, context=c)
+    windowed = evaluate(model.forward, TOKENS, c, layers=2)  # force the per-window path
+    for got, want in zip(model.logits_and_attention(TOKENS), windowed, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind,layers", MODELS)
