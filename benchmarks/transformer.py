@@ -3,12 +3,13 @@
 
 Analytic count (the issue's): 6 x parameters x tokens for the forward and backward matmuls, plus
 attention, 2 x 2 x T^2 x d per layer per sequence forward (scores and weighted sum), x 3 for
-forward + backward. Parameters: those that multiply activations; the full model's token and
-position tables are gathered, not multiplied, so they are left out (as in Kaplan et al.'s count).
-Tokens: batch x T with T = L - 1 input positions (logits are computed at every position). d: the
-attention width summed over heads (minimal: H x D, the query acts in the whole input space;
-full: 255). The causal mask is not subtracted: XLA computes the masked half too.
-"""
+forward + backward. Parameters: those that multiply activations; gathered tables are left out (as
+in Kaplan et al.'s count): the full model's token and position embeddings, and the minimal
+model's first-layer W_Q and W_V, which meet one-hot inputs and are read by columns
+(``simulate.incremental.minimal_transformer``), so that layer's scores are gathers and only its
+weighted sum of values is counted. Tokens: batch x T with T = L - 1 input positions (logits are
+computed at every position). d: the attention width summed over heads (full: 255). The causal
+mask is not subtracted: XLA computes the masked half too."""
 
 from __future__ import annotations
 
@@ -70,26 +71,35 @@ def training_step(cfg: MarkovTrainConfig) -> Step:
 
 
 def matmul_parameters(model: Any) -> int:
-    """Parameters that multiply activations (all but the full model's embedding tables)."""
+    """Parameters that multiply activations: all but gathered tables (the full model's token and
+    position embeddings; the minimal model's first-layer W_Q and W_V, which act on one-hot
+    inputs and are read by columns)."""
     leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
     total = sum(x.size for x in leaves)
     if isinstance(model, FullTransformer):
-        total -= model.encoder.size + model.positional.size
-    return int(total)
+        return int(total - model.encoder.size - model.positional.size)
+    WQ, WV = model.stacked()
+    return int(total - WQ[0].size - WV[0].size)
 
 
-def attention_width(cfg: MarkovTrainConfig, model: Any) -> int:
+def attention_flops(cfg: MarkovTrainConfig, model: Any) -> int:
+    """Forward attention FLOPs of one sequence: 2 x 2 x T^2 x d per layer (scores and weighted
+    sum; d the attention width over all heads), except the minimal model's first layer, whose
+    scores are gathered and whose weighted sum is 2 x T^2 x H x (rows of W_V read: d tokens for
+    one layer, all D for the residual of two)."""
+    T = cfg.length - 1
     if isinstance(model, FullTransformer):
-        return int(model.blocks[0].WQ.shape[0] * model.blocks[0].WQ.shape[2])
-    return cfg.heads * int(model.WQ.shape[-1])
+        width = model.blocks[0].WQ.shape[0] * model.blocks[0].WQ.shape[2]
+        return cfg.layers * 2 * 2 * T**2 * int(width)
+    D = int(model.WQ.shape[-1])
+    rows = cfg.vocab if cfg.layers == 1 else D
+    return 2 * T**2 * cfg.heads * rows + (cfg.layers - 1) * 2 * 2 * T**2 * cfg.heads * D
 
 
 def analytic_flops(cfg: MarkovTrainConfig, model: Any) -> float:
     """FLOPs of one step by the count of the module docstring."""
-    T = cfg.length - 1
-    tokens = cfg.batch * T
-    attention = 3 * cfg.layers * cfg.batch * 2 * 2 * T**2 * attention_width(cfg, model)
-    return 6.0 * matmul_parameters(model) * tokens + attention
+    tokens = cfg.batch * (cfg.length - 1)
+    return 6.0 * matmul_parameters(model) * tokens + 3 * cfg.batch * attention_flops(cfg, model)
 
 
 def xla_flops(compiled: Any) -> float:

@@ -55,18 +55,20 @@ def error_text(err: BaseException, note: str = "") -> str:
     return "\n".join([f"{type(err).__name__}: {err}{note}", *frames[-TRACEBACK_LINES:]])
 
 
-def run_job(job: Job) -> dict:
+def run_job(job: Job, cpu_devices: int = 1) -> dict:
     """Run one figure in this process and return its outcome (the entry point of a worker
     process or a Ray task: picklable, module level). The process is set up as the command line
-    sets its own: float64, the compilation cache, matplotlib's Agg backend."""
+    sets its own: float64, the compilation cache, matplotlib's Agg backend, and ``cpu_devices``
+    JAX CPU devices (its share of the cores) unless ``$STAGEWISE_CPU_DEVICES`` says otherwise."""
     import importlib
 
     import matplotlib
 
-    from simulate.runtime import configure
+    from simulate.runtime import CPU_DEVICES, configure
     from simulate.train import Interrupted
 
     matplotlib.use("Agg")
+    os.environ.setdefault(CPU_DEVICES, str(cpu_devices))
     configure()
     figure = importlib.import_module(job.module).FIGURE
     assert figure.id == job.figure_id  # the module the registry found it in
@@ -114,22 +116,25 @@ class Executor(Protocol):
     def kill(self) -> list[Job]: ...
 
 
-def _child(job: Job, conn: Connection) -> None:
+def _child(job: Job, conn: Connection, cpu_devices: int) -> None:
     os.setpgrp()  # Ctrl-C at the terminal goes to the parent, which forwards it (interrupt)
-    conn.send(run_job(job))
+    conn.send(run_job(job, cpu_devices))
     conn.close()
 
 
 class LocalExecutor:
-    """Each job in a spawned worker process of its own."""
+    """Each job in a spawned worker process of its own, with ``cpu_devices`` JAX CPU devices."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu_devices: int) -> None:
+        self.cpu_devices = cpu_devices
         self.context = multiprocessing.get_context("spawn")  # fork after JAX started is unsafe
         self.running: dict[Connection, tuple[Job, Any]] = {}
 
     def submit(self, job: Job) -> None:
         receive, send = self.context.Pipe(duplex=False)
-        process = self.context.Process(target=_child, args=(job, send), daemon=False)
+        process = self.context.Process(
+            target=_child, args=(job, send, self.cpu_devices), daemon=False
+        )
         process.start()
         send.close()  # the child's end: a child that dies closes the pipe, and recv sees EOF
         self.running[receive] = (job, process)
@@ -186,7 +191,8 @@ def _died(exitcode: int | None) -> str:
 
 
 class RayExecutor:
-    """Each job a Ray task (one CPU) on the cluster ``connect_ray`` connected to."""
+    """Each job a Ray task (one CPU, so one JAX CPU device) on the cluster ``connect_ray``
+    connected to."""
 
     def __init__(self, ray: Any) -> None:
         self.ray = ray
@@ -227,9 +233,10 @@ class RayExecutor:
 @contextmanager
 def executor(name: str, address: str | None, workers: int) -> Iterator[Executor]:
     """The executor ``name`` ("local" or "ray"; Ray at ``address`` or a private instance of
-    ``workers`` CPUs), released on exit."""
+    ``workers`` CPUs), released on exit. Local workers share the cores: each process gets
+    cores // workers JAX CPU devices."""
     if name == "local":
-        yield LocalExecutor()
+        yield LocalExecutor(max(1, len(os.sched_getaffinity(0)) // workers))
         return
     from simulate.sweep import connect_ray
 

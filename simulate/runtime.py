@@ -5,6 +5,8 @@
   (symmetry breaking of 1e-9 is lost in float32).
 - The persistent compilation cache under the user's cache directory, so that repeated CLI calls
   load compiled programs instead of recompiling.
+- One JAX CPU device per core: XLA:CPU runs the small ops of a training step on one core, so
+  the trainer shards vmapped seeds over these devices to use every core.
 """
 
 from __future__ import annotations
@@ -40,7 +42,23 @@ def enable_compilation_cache() -> Path:
     return path
 
 
+CPU_DEVICES = "STAGEWISE_CPU_DEVICES"
+"""environment variable: JAX CPU devices of a process (default: the cores it may run on)."""
+
+
+def use_cpu_cores() -> None:
+    """One JAX CPU device per core (``$STAGEWISE_CPU_DEVICES`` overrides the count)."""
+    count = int(os.environ.get(CPU_DEVICES) or len(os.sched_getaffinity(0)))
+    try:
+        jax.config.update("jax_num_cpu_devices", max(1, count))
+    except RuntimeError:
+        # JAX already ran a program in this process (a test calling the CLI in-process); its
+        # devices stay as they are
+        pass
+
+
 def configure() -> None:
     """What every stagewise process sets before it builds a JAX program."""
+    use_cpu_cores()
     use_float64()
     enable_compilation_cache()

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import xarray as xr
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
@@ -107,6 +108,19 @@ def seed_streams(seed_ids: Sequence[int]) -> dict[str, jax.Array]:
         name: jax.vmap(lambda k, t=tag: jax.random.fold_in(k, t))(base)
         for name, tag in (("init", INIT), ("noise", NOISE), ("data", DATA))
     }
+
+
+def shard_seeds(state: Any) -> Any:
+    """``state`` with its leading seed axis split over as many devices as divide it evenly (the
+    CPU's cores, see ``simulate.runtime.use_cpu_cores``); seeds are independent, so the chunk
+    program then runs each device's seeds on its own core without communication."""
+    n = jax.tree_util.tree_leaves(state)[0].shape[0]
+    devices = jax.devices()
+    count = max(k for k in range(1, len(devices) + 1) if n % k == 0)
+    if count == 1:
+        return state
+    mesh = Mesh(np.asarray(devices[:count]), ("seed",))
+    return jax.device_put(state, NamedSharding(mesh, PartitionSpec("seed")))
 
 
 def _all_finite(tree: Any) -> jax.Array:
@@ -243,6 +257,7 @@ def train(
             rows_done = 1
             store.save_checkpoint(state, 0, 1)
 
+    state = shard_seeds(state)
     t0 = time.perf_counter()
     program = _chunk_program(problem, optimizer, schedule, n).lower(state).compile()
     compile_seconds = time.perf_counter() - t0
