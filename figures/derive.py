@@ -19,9 +19,17 @@ from figures import (
     derive_focus_dilution,
     derive_mean_field,
 )
+from simulate.incremental.head_ode import plateau_levels
 from simulate.incremental.head_options import HeadSystemOptions
 from theory.gradient_flow import classify_spectrum
 from theory.incremental.heads import METRICS, HeadSystem
+from theory.incremental.later_stages import (
+    APRIORI_RULE,
+    SEQUENTIAL_RULE,
+    apriori_stage_times,
+    covers,
+    mixed_stage_point,
+)
 from theory.incremental.stages import (
     escape_integral,
     first_escape_time_expr,
@@ -149,13 +157,51 @@ def derive(cfg: DeriveConfig) -> str:
             + (" x T" if setting.metric == "logit" else ""),
         ]
     lines += ["", f"Predicted stages for eps = {cfg.noise:.3g}:"]
-    for p in predict_stages(setting, cfg.noise):
+    stages = predict_stages(setting, cfg.noise)
+    for p in stages:
         t = "not derived" if p.time is None else f"{p.time:.6g}"
         lines.append(
             f"  stage {p.stage}: block {p.block + 1}, L {p.plateau_before:.6g} -> "
             f"{p.plateau_after:.6g}, t = {t}  [{p.rule}]"
         )
+    if covers(setting) and setting.h >= 2 and setting.heads >= 2:
+        lines += _later_stages(hs, cfg.noise, [p.time for p in stages], show)
     return "\n".join(lines)
+
+
+def _later_stages(hs: HeadSystem, eps: float, vertex_times: list, show) -> list[str]:
+    """Where each stage ends (the mixed critical sets) and the a-priori lumped-window times."""
+    setting = hs.setting
+    K = min(setting.heads, setting.h)
+    masses = tuple(sp.Symbol(f"p_{j + 1}", positive=True) for j in range(1, K))
+    point = mixed_stage_point(hs, masses[: K - 2]) if K > 2 else None
+    lines = [
+        "",
+        "Later stages (theory.incremental.later_stages; singleton blocks):",
+        "  every zero-sum head split toward every off-vertex lag j grows through every "
+        "plateau, a'' = m_j^2 s_j(t) a: at t_{k-1} the split of lag k is far above eps, so the "
+        "vertex law restarted from eps comes late",
+        "  stage k ends on a continuum of critical points at loss L_k (any p_j in [0, 1)): the "
+        "head that took lag j keeps mass p_j on the lead lag and value G_jj/(1 - p_j) on feature "
+        "j; the heads left on the lead lag cancel its leak with -G_jj p_j/((1 - p_j) n)",
+    ]
+    if point is not None:
+        for k in range(setting.heads):
+            s_row = [point[hs.s[k, i]] for i in range(setting.h)]
+            v_row = [point[hs.v[k, j]] for j in range(setting.h)]
+            s_text, v_text = show(sp.Matrix([s_row])), show(sp.Matrix([v_row]))
+            lines.append(
+                f"    end of stage {K - 1}, head {k + 1}: s (target lags) = {s_text}, v = {v_text}"
+            )
+    lines += [f"  a-priori: {APRIORI_RULE}", f"  sequential: {SEQUENTIAL_RULE}"]
+    finite = [t for t in vertex_times if t is not None and np.isfinite(t)]
+    if eps > 0 and finite:
+        prior = apriori_stage_times(setting, eps, plateau_levels(setting), 4 * max(finite))
+        lines.append(
+            f"  a-priori stage times for eps = {eps:.3g}: "
+            + ", ".join(f"t_{k + 1} = {t:.6g}" for k, t in enumerate(prior))
+        )
+    return lines
 
 
 @dataclass(frozen=True)

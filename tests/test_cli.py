@@ -4,10 +4,14 @@ derivation, bad input as one line."""
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from figures.cli import main
+from simulate.incremental.head_ode import plateau_levels
 from theory.incremental.heads import HeadSetting, HeadSystem
+from theory.incremental.later_stages import apriori_stage_times
+from theory.incremental.stages import predict_stages
 
 SPEC_README = Path(__file__).resolve().parents[2] / "shared" / "papers" / "README.md"
 
@@ -59,6 +63,20 @@ def test_derive_prints_the_derived_plateaus(capsys):
     for k, L in enumerate(hs.plateau_levels()):
         assert f"L_{k} = " in out and f"{float(L.xreplace(hs.parameter_values())):.6g}" in out
     assert "degenerate" in out
+
+
+def test_derive_prints_the_later_stages_and_their_apriori_times(capsys):
+    """The stage-3 end state (mixed critical set, symbolic p_2) and the lumped window's times,
+    which are the theory's own numbers (compared with a direct call)."""
+    assert main(["derive", "incremental", "--window", "6", "--m", "1.5", "--eps", "1e-3"]) == 0
+    out = capsys.readouterr().out
+    assert "continuum of critical points" in out and "p_2" in out
+    setting = HeadSetting(window=6, m=1.5)
+    line = next(x for x in out.splitlines() if "a-priori stage times" in x)
+    shown = [float(part.split("=")[1]) for part in line.split(":", 1)[1].split(",")]
+    vertex = [p.time for p in predict_stages(setting, 1e-3)]
+    want = apriori_stage_times(setting, 1e-3, plateau_levels(setting), 4 * max(vertex))
+    np.testing.assert_allclose(shown, want, rtol=1e-5)
 
 
 def test_derive_latex(capsys):

@@ -23,12 +23,20 @@ from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from figures.incremental import timing_training as training_half
 from figures.incremental.ode import STAGE_LAW_TOLERANCE, stage1_tolerance
-from simulate.incremental.head_ode import plateau_levels, solve
+from simulate.incremental.head_ode import initial_logits, plateau_levels, solve
 from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.fits import linear_slope
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time
 from simulate.runner import Seeds
 from theory.incremental.heads import METRICS, HeadSetting, ratio_range
+from theory.incremental.later_stages import (
+    APRIORI_RULE,
+    OWN_START_RULE,
+    SEQUENTIAL_RULE,
+    apriori_stage_times,
+    own_start_stage_times,
+    sequential_stage_time,
+)
 from theory.incremental.stages import asymptotic_sqrt_slope, predict_stages
 from theory.validation import require
 
@@ -100,7 +108,7 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     ms, epss, n_seeds = cfg.grid()
     seeds = [cfg.noise.seed + k for k in range(n_seeds)]
     shape = (len(cfg.metrics), len(ms), len(epss))
-    predicted = measured = midpoint = None
+    predicted = measured = midpoint = apriori = own_start = sequential = None
     timing, slopes = {}, []
     for a, metric in enumerate(cfg.metrics):
         base = HeadSetting(heads=cfg.heads, window=cfg.window, metric=metric)
@@ -113,8 +121,11 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         K = len(preds[(ms[0], epss[0])])
         if predicted is None:
             predicted = np.full((*shape, K), np.nan)
+            apriori = np.full((*shape, K), np.nan)
             measured = np.full((*shape, n_seeds, K), np.nan)
             midpoint = np.full((*shape, n_seeds, K), np.nan)
+            own_start = np.full((*shape, n_seeds, K), np.nan)
+            sequential = np.full((*shape, n_seeds, K), np.nan)
         combos = list(itertools.product(range(len(ms)), range(len(epss)), range(n_seeds)))
         t_max = 2.0 * max(p.time for ps in preds.values() for p in ps if math.isfinite(p.time))
         batch = solve(
@@ -133,12 +144,29 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             "compile_seconds": batch.compile_seconds,
             "run_seconds": batch.run_seconds,
         }
-        for (i, e, k), crossing, s in zip(combos, batch.crossings, batch.s):
-            pr = preds[(ms[i], epss[e])]
+        theta0 = np.asarray(
+            initial_logits(
+                base, np.array([epss[e] for _, e, _ in combos]), [seeds[k] for *_, k in combos]
+            )
+        )
+        for i, e in itertools.product(range(len(ms)), range(len(epss))):
+            levels = plateau_levels(settings[ms[i]])
+            apriori[a, i, e] = apriori_stage_times(settings[ms[i]], epss[e], levels, t_max)
+        for r, ((i, e, k), crossing, s) in enumerate(zip(combos, batch.crossings, batch.s)):
+            pr, setting = preds[(ms[i], epss[e])], settings[ms[i]]
             predicted[a, i, e] = [p.time for p in pr]
             midpoint[a, i, e, k] = crossing
             measured[a, i, e, k] = crossing
-            measured[a, i, e, k, 0] = lead_mass_time(batch.ts, s, settings[ms[i]].lags(pr[0].block))
+            measured[a, i, e, k, 0] = lead_mass_time(batch.ts, s, setting.lags(pr[0].block))
+            levels = plateau_levels(setting)
+            own_start[a, i, e, k] = own_start_stage_times(setting, theta0[r], levels, t_max)
+            for stage in range(2, K + 1):
+                # from the saved state nearest the measured (loss-midpoint) t_{k-1}
+                if np.isfinite(crossing[stage - 2]):
+                    n = int(np.argmin(np.abs(batch.ts - crossing[stage - 2])))
+                    sequential[a, i, e, k, stage - 1] = sequential_stage_time(
+                        setting, stage, batch.s[r, n], batch.v[r, n], float(batch.ts[n])
+                    )
         for i, m in enumerate(ms):
             delays = np.nanmean(measured[a, i, :, :, 1] - measured[a, i, :, :, 0], axis=-1)
             fit = linear_slope(np.log(1 / np.asarray(epss)), np.sqrt(delays))
@@ -154,6 +182,9 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     data = xr.Dataset(
         {
             "predicted_time": ((*dims, "stage"), predicted),
+            "predicted_apriori_time": ((*dims, "stage"), apriori),
+            "predicted_own_start_time": ((*dims, "seed", "stage"), own_start),
+            "predicted_sequential_time": ((*dims, "seed", "stage"), sequential),
             "measured_time": ((*dims, "seed", "stage"), measured),
             "loss_midpoint_time": ((*dims, "seed", "stage"), midpoint),
         },
@@ -166,6 +197,12 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         },
     )
     ratio = data["measured_time"].mean("seed") / data["predicted_time"]
+    # the later-stage predictors are about the loss midpoints (stage 1 included): median over
+    # seeds of each seed's measured / predicted
+    later = {
+        name: (data["loss_midpoint_time"] / data[f"predicted_{name}_time"]).median("seed")
+        for name in ("apriori", "own_start", "sequential")
+    }
     rows = [
         {
             "metric": mt,
@@ -177,6 +214,19 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
                 data["measured_time"].sel(metric=mt, m=m, eps=e, stage=k).mean("seed")
             ),
             "measured_over_predicted": float(ratio.sel(metric=mt, m=m, eps=e, stage=k)),
+            "measured_midpoint": float(
+                data["loss_midpoint_time"].sel(metric=mt, m=m, eps=e, stage=k).median("seed")
+            ),
+            **{
+                name: float(
+                    data[f"predicted_{name}_time"].sel(metric=mt, m=m, eps=e, stage=k).median()
+                )
+                for name in later
+            },
+            **{
+                f"{name}_measured_over_predicted": float(r.sel(metric=mt, m=m, eps=e, stage=k))
+                for name, r in later.items()
+            },
         }
         for mt in cfg.metrics
         for m in ms
@@ -185,6 +235,12 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     ]
     summary = {
         "stage_time_rule": f"stage 1: {STAGE1_EVENT}; stages >= 2: {RULE}",
+        "later_stage_rules": {
+            "apriori": APRIORI_RULE,
+            "own_start": OWN_START_RULE,
+            "sequential": SEQUENTIAL_RULE,
+            "measured": f"every stage: {RULE} (median over seeds of measured/predicted)",
+        },
         "grid": {
             "m": ms,
             "eps": epss,
@@ -206,6 +262,9 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     return data, summary
 
 
+LATER_STAGE_TOLERANCE = 0.1
+"""stages >= 2, a-priori and sequential predictors (``theory.incremental.later_stages``): issue
+17's target, 10%."""
 SLOPE_TOLERANCE = 0.06
 """asymptotic slope of sqrt(t_2 - t_1) against ln(1/eps): the README claims 6% (logit metric)."""
 
@@ -237,6 +296,22 @@ def predictions(summary: dict) -> list[Prediction]:
                 rule,
             )
         )
+    for r in summary["rows"]:
+        m, k = float(r["m"]), int(r["stage"])
+        if m not in shown_m or float(r["eps"]) != eps or k < 2 or "apriori" not in r:
+            continue
+        rules = summary["later_stage_rules"]
+        rows += [
+            Prediction(
+                f"t_{k} (ODE time), {r['metric']}, m = {m:g}, eps = {eps:.0e}, {label}, "
+                "median over seeds",
+                r[name],
+                r["measured_midpoint"],
+                LATER_STAGE_TOLERANCE,
+                f"predicted: {rules[name]}; {rules['measured']}; 10%, issue 17's target",
+            )
+            for name, label in (("apriori", "a-priori"), ("sequential", "sequential"))
+        ]
     rows += [
         Prediction(
             f"d sqrt(t_2 - t_1) / d ln(1/eps), {s['metric']}, m = {float(s['m']):g}",
@@ -264,13 +339,18 @@ def report(summary: dict) -> str:
             r["predicted"],
             r["measured"],
             r["measured_over_predicted"],
+            r.get("apriori_measured_over_predicted", float("nan")),
+            r.get("own_start_measured_over_predicted", float("nan")),
+            r.get("sequential_measured_over_predicted", float("nan")),
         ]
         for r in summary["rows"]
     ]
+    header = ["metric", "m", "eps", "stage", "t vertex law", "t measured", "meas/vertex law"]
+    header += ["meas/a-priori", "meas/own start", "meas/sequential"]
+    rules = summary.get("later_stage_rules", {})
     lines = [
-        format_table(
-            ["metric", "m", "eps", "stage", "t predicted", "t measured", "measured/pred"], rows
-        ),
+        format_table(header, rows),
+        *(f"{name}: {rule}" for name, rule in rules.items()),
         format_table(
             ["metric", "m", "fitted d sqrt(t2-t1)/d ln(1/eps)", "derived (eps->0)"],
             [
@@ -333,6 +413,10 @@ def plot(data: xr.Dataset, summary: dict):
                 d_pred = (pred.sel(m=m, stage=stage) - pred.sel(m=m, stage=stage - 1)).values
                 d_meas = (meas.sel(m=m, stage=stage) - meas.sel(m=m, stage=stage - 1)).values
                 ax.plot(L, d_pred, "--", color=colors[m])
+                if "predicted_apriori_time" in data:
+                    prior = data["predicted_apriori_time"].sel(metric=metric, m=m)
+                    d_prior = (prior.sel(stage=stage) - prior.sel(stage=stage - 1)).values
+                    ax.plot(L, d_prior, ":", color=colors[m], lw=2)
                 for x, y in zip(L, d_meas):
                     ax.plot(np.full(y.size, x), y, "o", color=colors[m], ms=4)
                 ax.plot([], [], "o--", color=colors[m], label=f"m = {m:g}")
@@ -340,13 +424,16 @@ def plot(data: xr.Dataset, summary: dict):
                 yscale="log",
                 xlabel="ln(1/eps)",
                 ylabel=f"$t_{stage} - t_{stage - 1}$ (ODE time)",
-                title=f"{metric}: plateau before stage {stage} (dashed: predicted)",
+                title=f"{metric}: plateau before stage {stage}",
             )
+            ax.plot([], [], "k--", label="vertex law (eps restart)")
+            ax.plot([], [], "k:", lw=2, label="a-priori (lumped window)")
             ax.legend(fontsize=8)
     if training:
         training_half.plot_row(axes[-1], data)
     fig.suptitle(
-        "Reduced head ODE: predicted (dashed) vs measured (dots) stage times"
+        "Reduced head ODE: predicted (dashed: vertex law; dotted: a-priori lumped window) vs "
+        "measured (dots) stage times"
         + ("; bottom row: minimal transformer training" if training else "")
     )
     fig.tight_layout()
@@ -366,7 +453,9 @@ FIGURE = Figure(
         "One row per metric of the reduced ODE. Left: stage-1 time t_1 against m (log-log): "
         "dashed the lumped symmetric system's prediction, dots measured (head-averaged lead-block "
         "mass 1/2; every eps and seed). Middle/right: plateau lengths t_2 - t_1 and t_3 - t_2 "
-        "against ln(1/eps), one colour per m: dashed predicted, dots measured (loss midpoints). "
+        "against ln(1/eps), one colour per m: dashed the vertex law (split restarted from eps), "
+        "dotted the a-priori lumped window (theory.incremental.later_stages), dots measured "
+        "(loss midpoints); the tables add the run's own start and the sequential predictor. "
         "Last row (training half): the minimal transformer's measured stage boundaries (steps, "
         "dots per seed) against ln(1/q) at the calibration m and against m at the calibration q, "
         "dashed the reduced system started from each network's own initial logits with one "

@@ -27,6 +27,13 @@ def test_incremental_ode_quick_figure(tmp_path, capsys, monkeypatch):
         assert st["measured_over_predicted"] == pytest.approx(
             st["measured_time"] / st["predicted_time"]
         )
+    # later stages (theory.incremental.later_stages): the lumped window from the seed's own
+    # start gives its loss midpoints; the sequential predictor each t_k from t_{k-1}
+    for st in stages:
+        assert st["own_start_measured_over_predicted"] == pytest.approx(1.0, rel=1e-3)
+    for st in stages[1:]:
+        assert st["sequential_measured_over_predicted"] == pytest.approx(1.0, abs=0.1)
+        assert np.isfinite(st["apriori_time"])
     stall = summary["stall_eps0"]
     assert stall["final_loss"] == pytest.approx(derived[1], rel=1e-3)
     assert stall["loss_crossings"][1:] == ["nan", "nan"]
@@ -55,6 +62,11 @@ def test_incremental_timing_quick_figure(tmp_path):
     summary = read_summary(tmp_path / "incremental-timing")
     assert {r["metric"] for r in summary["rows"]} == {"replicator", "logit"}
     assert all(r["measured"] != "nan" for r in summary["rows"] if r["stage"] <= 2)
+    # the later-stage predictors beside the vertex law: the run's own start reproduces its
+    # loss midpoints (the lumped window is exact for exchangeable empty lags)
+    own = [r["own_start_measured_over_predicted"] for r in summary["rows"]]
+    np.testing.assert_allclose(own, 1.0, rtol=1e-3)
+    assert all(np.isfinite(r["apriori"]) for r in summary["rows"] if r["stage"] <= 2)
 
 
 @pytest.mark.slow

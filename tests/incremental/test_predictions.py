@@ -175,6 +175,42 @@ def test_timing_rows_are_the_smallest_eps_the_end_m_and_the_training_axes():
     assert boundary.verdict() == "disagrees"  # measured 1.8x the prediction, 50% allowed
 
 
+def test_timing_rows_put_the_apriori_and_sequential_times_beside_the_loss_midpoints():
+    rows = [
+        {
+            "metric": "replicator",
+            "m": m,
+            "eps": e,
+            "stage": k,
+            "predicted": 10.0 * k,
+            "measured": 11.0 * k,
+            "measured_midpoint": 12.0 * k,
+            "apriori": 11.5 * k,
+            "own_start": 12.0 * k,
+            "sequential": 10.0 * k,
+        }
+        for m in (1.5, 2.0)
+        for e in (1e-3, 1e-9)
+        for k in (1, 2, 3)
+    ]
+    rules = {"apriori": "A", "own_start": "O", "sequential": "S", "measured": "M"}
+    summary = {
+        "grid": {"m": [1.5, 2.0], "eps": [1e-3, 1e-9]},
+        "rows": rows,
+        "sqrt_slopes": [],
+        "later_stage_rules": rules,
+    }
+    got = _rows(timing.FIGURE, summary)
+    later = {q: p for q, p in got.items() if "a-priori" in q or "sequential" in q}
+    # stages 2 and 3, both end m, the smallest eps, two predictors
+    assert len(later) == 2 * 2 * 2 and all("eps = 1e-09" in q for q in later)
+    prior = _one(got, "t_3 (ODE time)", "m = 2", "a-priori")
+    assert (prior.predicted, prior.measured, prior.tolerance) == (34.5, 36.0, 0.1)
+    assert prior.verdict() == "agrees"  # 4% off
+    assert _one(got, "t_2 (ODE time)", "m = 1.5", "sequential").verdict() == "disagrees"  # 20%
+    assert "A" in prior.rule and "M" in prior.rule
+
+
 def test_minimal_rows_check_the_ladder_and_the_bayes_loss():
     steps = np.arange(0.0, 301.0, 10.0)
     kl = _ladder_kl(steps)
