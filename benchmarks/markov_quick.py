@@ -5,16 +5,16 @@ incremental-minimal / -importance (d = 50, q = 1e-9), a float32 student (q = 1e-
 incremental-timing), the 12-gram minimal baseline of incremental-dataset-size and the full
 transformer with its 8-gram baseline of incremental-full.
 
-Run: python benchmarks/markov_quick.py [--steps 100]
+Run: python -m benchmarks.markov_quick [--steps 100]
 """
 
 import argparse
 import os
 import tempfile
 
-from simulate.incremental.markov_training import MarkovTrainConfig, optimizer, problem
+from benchmarks.markov_training import timed
+from simulate.incremental.markov_training import MarkovTrainConfig
 from simulate.runtime import use_float64
-from simulate.train import train
 
 SETTINGS = {
     "minimal float64 (incremental-importance)": {"log_every": 5},
@@ -48,9 +48,8 @@ SETTINGS = {
 def steps_per_second(steps: int, **kw) -> tuple[float, float]:
     """(steps per second, compile seconds) of one seed."""
     kw = {"vocab": 50, "batch": 256, "validation": 256, "log_every": 10, **kw}
-    cfg = MarkovTrainConfig(**kw, steps=steps, chunk=steps)
-    result = train(problem(cfg), optimizer(cfg), cfg.schedule, [0], None, progress=False)
-    return steps / result.run_seconds, result.compile_seconds
+    compile_s, run_s = timed(MarkovTrainConfig(**kw, steps=steps, chunk=steps), [0])
+    return steps / run_s, compile_s
 
 
 def main(steps: int) -> None:

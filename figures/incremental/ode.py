@@ -27,7 +27,7 @@ from theory.incremental.later_stages import (
     apriori_stage_times,
     covers,
     own_start_stage_times,
-    sequential_stage_time,
+    sequential_run_times,
 )
 from theory.incremental.stages import predict_stages
 
@@ -159,18 +159,14 @@ def _later_stages(setting: HeadSetting, cfg: HeadOdeConfig, batch, levels, K: in
         initial_logits(setting, np.full(seeds, cfg.noise), [cfg.seed + i for i in range(seeds)])
     )
     own = [own_start_stage_times(setting, theta0[b], levels, cfg.horizon) for b in range(seeds)]
-    sequential = np.full((seeds, K), np.nan)
-    for b in range(seeds):
-        for k in range(2, K + 1):
-            if np.isfinite(batch.crossings[b, k - 2]):
-                n = int(np.argmin(np.abs(batch.ts - batch.crossings[b, k - 2])))
-                sequential[b, k - 1] = sequential_stage_time(
-                    setting, k, batch.s[b, n], batch.v[b, n], float(batch.ts[n])
-                )
+    sequential = [
+        sequential_run_times(setting, batch.ts, batch.s[b], batch.v[b], batch.crossings[b])
+        for b in range(seeds)
+    ]
     return {
         "apriori": (("stage",), apriori_stage_times(setting, cfg.noise, levels, cfg.horizon)),
         "own_start": (("seed", "stage"), np.array(own)),
-        "sequential": (("seed", "stage"), sequential),
+        "sequential": (("seed", "stage"), np.array(sequential)),
     }
 
 

@@ -35,7 +35,7 @@ from theory.incremental.later_stages import (
     SEQUENTIAL_RULE,
     apriori_stage_times,
     own_start_stage_times,
-    sequential_stage_time,
+    sequential_run_times,
 )
 from theory.incremental.stages import asymptotic_sqrt_slope, predict_stages
 from theory.validation import require
@@ -160,13 +160,9 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             measured[a, i, e, k, 0] = lead_mass_time(batch.ts, s, setting.lags(pr[0].block))
             levels = plateau_levels(setting)
             own_start[a, i, e, k] = own_start_stage_times(setting, theta0[r], levels, t_max)
-            for stage in range(2, K + 1):
-                # from the saved state nearest the measured (loss-midpoint) t_{k-1}
-                if np.isfinite(crossing[stage - 2]):
-                    n = int(np.argmin(np.abs(batch.ts - crossing[stage - 2])))
-                    sequential[a, i, e, k, stage - 1] = sequential_stage_time(
-                        setting, stage, batch.s[r, n], batch.v[r, n], float(batch.ts[n])
-                    )
+            sequential[a, i, e, k] = sequential_run_times(
+                setting, batch.ts, s, batch.v[r], crossing
+            )
         for i, m in enumerate(ms):
             delays = np.nanmean(measured[a, i, :, :, 1] - measured[a, i, :, :, 0], axis=-1)
             fit = linear_slope(np.log(1 / np.asarray(epss)), np.sqrt(delays))

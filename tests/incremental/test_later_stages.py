@@ -17,7 +17,7 @@ from theory.incremental.later_stages import (
     carried_vertex_times,
     mixed_stage_point,
     own_start_stage_times,
-    sequential_stage_time,
+    sequential_run_times,
     weighted_flow,
 )
 from theory.incremental.stages import predict_stages
@@ -51,10 +51,10 @@ def _stage_ratios(m: float, eps: tuple[float, ...], t_max: float) -> dict:
         carried = carried_vertex_times(setting, e, lumped_escape_time(setting), t1_closed)[2]
         out["carried"].append(np.median(t3 / carried))
         prior = apriori_stage_times(setting, e, levels, t_max)[2]
-        seq = []
-        for r in rows:
-            n = int(np.argmin(np.abs(batch.ts - batch.crossings[r, 1])))
-            seq.append(sequential_stage_time(setting, 3, batch.s[r, n], batch.v[r, n], batch.ts[n]))
+        seq = [
+            sequential_run_times(setting, batch.ts, batch.s[r], batch.v[r], batch.crossings[r])[2]
+            for r in rows
+        ]
         out["old"].append(np.median(t3 / old))
         out["apriori"].append(np.median(t3 / prior))
         out["sequential"].append(np.median(t3 / np.array(seq)))

@@ -253,6 +253,20 @@ def sequential_stage_time(
     return t_prev + float(dt)
 
 
+def sequential_run_times(
+    setting: HeadSetting, ts: np.ndarray, s: np.ndarray, v: np.ndarray, crossings: np.ndarray
+) -> np.ndarray:
+    """``SEQUENTIAL_RULE`` along one trajectory: t_1..t_K with t_1 nan and each t_k (k >= 2)
+    predicted from the saved state (``s`` (time, H, T), ``v`` (time, H, h) at times ``ts``)
+    nearest the measured t_{k-1} (``crossings``, the loss-midpoint times; nan: not reached)."""
+    times = np.full(len(crossings), math.nan)
+    for k in range(2, len(crossings) + 1):
+        if np.isfinite(crossings[k - 2]):
+            n = int(np.argmin(np.abs(ts - crossings[k - 2])))
+            times[k - 1] = sequential_stage_time(setting, k, s[n], v[n], float(ts[n]))
+    return times
+
+
 def carried_vertex_times(setting: HeadSetting, eps: float, t1: float, t1_closed: float) -> list:
     """``CARRIED_VERTEX_RULE`` (replicator): t_1..t_K of the vertex law of ``predict_stages`` with
     each lag's split amplitude carried through the earlier plateaus. Kept as the tested
