@@ -9,7 +9,7 @@ import pytest
 from simulate.incremental.head_training import HeadTrainConfig, problem, run
 from simulate.runner import RunOutput
 from simulate.store import RunStore, load, read_summary
-from simulate.train import seed_streams
+from simulate.train import Problem, Schedule, _chunk_program, seed_streams, train
 
 SMALL = {
     "heads": 2,
@@ -171,3 +171,43 @@ def test_store_off_writes_nothing(tmp_path):
     result = run(cfg_(), out_(tmp_path, "none", store=False))
     assert not (tmp_path / "none").exists()
     assert result.dataset.sizes["step"] == SMALL["steps"] // SMALL["log_every"] + 1
+
+
+def _data_problem(target):
+    """A least-squares problem closing over its data set ``target``, as every experiment does."""
+    target = jax.numpy.asarray(target)
+
+    def loss_and_direction(w, key):
+        del key
+        return jax.value_and_grad(lambda w: ((w.sum() - target) ** 2).mean())(w)
+
+    return Problem(
+        lambda k, n: jax.numpy.zeros(3),
+        loss_and_direction,
+        lambda w: {"fit": (w.sum() - target).mean()},
+        {"fit": ()},
+    )
+
+
+def test_problems_differing_only_in_their_data_share_one_program(tmp_path):
+    """The data a problem closes over is an argument of the compiled chunk, not a constant in it:
+    a sweep's runs (seeds' data sets, teachers) reuse one compiled program and cache entry."""
+    schedule = Schedule(steps=20, log_every=5, chunk=20)
+    rng = np.random.default_rng(0)
+    texts, fits = [], []
+    for target in (rng.normal(size=500), rng.normal(size=500) + 3.0):
+        problem_ = _data_problem(target)
+        state = (
+            jax.numpy.zeros((1, 3)),
+            jax.vmap(optax.sgd(0.1).init)(jax.numpy.zeros((1, 3))),
+            seed_streams([0])["data"],
+            *(jax.numpy.zeros(1, jax.numpy.int32) for _ in range(3)),
+        )
+        program, _, consts = _chunk_program(problem_, optax.sgd(0.1), schedule, state)
+        texts.append(program.lower(consts, state).as_text())
+        result = train(problem_, optax.sgd(0.1), schedule, [0], None, progress=False)
+        fits.append(float(result.dataset["fit"].values[0, -1]))
+        # gradient descent on the sum w_1 + w_2 + w_3 converges to the data's mean
+        assert abs(fits[-1]) < 1e-3 * max(1.0, abs(target.mean()))
+    assert texts[0] == texts[1]
+    assert len(texts[0]) < 20_000  # 500 data values as literals would be longer than the program

@@ -473,9 +473,9 @@ def problem(cfg: ClusteringSetting) -> Problem:
         "unit": np.arange(cfg.width),
     }
     return Problem(
-        jax.jit(init),
+        init,
         loss_and_direction,
-        jax.jit(observe),
+        observe,
         dims,
         coords,
         observe_optimizer=cfg.preconditioned_sharpness,

@@ -254,7 +254,7 @@ def problem(cfg: EmergenceConfig) -> Problem:
     if block:
         dims["attention_block"] = ("head", "cell", "key_cell")
         coords["key_cell"] = np.arange(S)
-    return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords)
+    return Problem(init, loss_and_direction, observe, dims, coords)
 
 
 def summarize(cfg: EmergenceConfig, M: jax.Array | None, ds: xr.Dataset) -> dict:

@@ -384,7 +384,7 @@ def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
         "width": np.arange(cfg.m),
     }
     facts = {"empirical_query_counts": np.asarray(query_onehot.sum(0)).tolist()}
-    return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords), facts
+    return Problem(init, loss_and_direction, observe, dims, coords), facts
 
 
 def text_problem(cfg: FocusDilutionConfig, data: TextData) -> Problem:
@@ -424,7 +424,7 @@ def text_problem(cfg: FocusDilutionConfig, data: TextData) -> Problem:
         "sv_WQK": ("sv",),
     }
     coords = {"tracked": list(data.queries), "key": np.arange(V), "sv": np.arange(1, 4)}
-    return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords)
+    return Problem(init, loss_and_direction, observe, dims, coords)
 
 
 def as_runs(ds: xr.Dataset, cfg: FocusDilutionConfig) -> xr.Dataset:

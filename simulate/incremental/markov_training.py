@@ -504,9 +504,7 @@ def problem(cfg: MarkovTrainConfig, data: MarkovData | None = None) -> Problem:
     }
     if baselines:
         coords["baseline"] = np.array([c for c, _ in baselines])
-    # jitted, so that the trainer's first (eager, vmapped) init and observe compile once instead
-    # of dispatching op by op
-    return Problem(jax.jit(init), loss_and_direction, jax.jit(observe), dims, coords)
+    return Problem(init, loss_and_direction, observe, dims, coords)
 
 
 LADDER_RULE = (
