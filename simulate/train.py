@@ -13,7 +13,6 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 import jax
@@ -26,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
+from simulate import side_by_side, signals
 from simulate.store import RunStore
 
 INIT, NOISE, DATA = 0, 1, 2
@@ -113,10 +113,11 @@ def seed_streams(seed_ids: Sequence[int]) -> dict[str, jax.Array]:
 
 def shard_seeds(state: Any) -> Any:
     """``state`` with its leading seed axis split over as many devices as divide it evenly (the
-    CPU's cores, see ``simulate.runtime.use_cpu_cores``); seeds are independent, so the chunk
-    program then runs each device's seeds on its own core without communication."""
+    CPU's cores, see ``simulate.runtime.use_cpu_cores``, or the one device of a run side by side
+    with others, ``simulate.side_by_side``); seeds are independent, so the chunk program then runs
+    each device's seeds on its own core without communication."""
     n = jax.tree_util.tree_leaves(state)[0].shape[0]
-    devices = jax.devices()
+    devices = side_by_side.devices()
     count = max(k for k in range(1, len(devices) + 1) if n % k == 0)
     if count == 1:
         return state
@@ -216,24 +217,6 @@ def _to_dataset(
     )
 
 
-class _SignalFlag:
-    """Turns SIGINT/SIGTERM into a flag checked between chunks."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def __enter__(self) -> _SignalFlag:
-        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
-
-    def __exit__(self, *exc: object) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
 def train(
     problem: Problem,
     optimizer: optax.GradientTransformation,
@@ -302,7 +285,7 @@ def train(
         total=schedule.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True
     )
     try:
-        with _SignalFlag() as flag:
+        with signals.catching():
             while step < schedule.steps:
                 t1 = time.perf_counter()
                 state, rows = jax.block_until_ready(compiled(consts, state))
@@ -333,8 +316,9 @@ def train(
                 shown = next((k for k in rows if "loss" in k and rows[k].ndim == 2), None)
                 if shown is not None:
                     bar.set_postfix({shown: f"{float(np.nanmean(rows[shown][:, -1])):.4g}"})
-                if flag.signum is not None and step < schedule.steps:
-                    raise Interrupted(flag.signum, step)
+                signum = signals.received()
+                if signum is not None and step < schedule.steps:
+                    raise Interrupted(signum, step)
     finally:
         bar.close()
     return TrainResult(xr.concat(pieces, dim="step"), compile_seconds, run_seconds)

@@ -17,6 +17,7 @@ best-in-class predictors of the population rather than of one training set.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +36,7 @@ from simulate.incremental.markov_training import (
     train_baselines,
 )
 from simulate.incremental.training_stages import CLOSEST_RULE, best_so_far, early_stopping
+from simulate.side_by_side import run_side_by_side
 from simulate.store import load, read_summary
 from theory.validation import require
 
@@ -139,15 +141,21 @@ def compute(cfg: DatasetSizeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     contexts = baseline_contexts(base.task())
     dirs = train_baselines(base, run_dir / "baselines", contexts, quiet=cfg.quiet)
     sizes = [*sorted(cfg.settings()["sizes"]), *([None] if cfg.online else [])]
-    runs, paths = [], []
-    for n in sizes:
-        student = cfg.student(n, dirs)
-        path = markov_training.run(
-            student, cfg.run_output(run_dir, "online" if n is None else f"n{n}")
-        )
+    students = [cfg.student(n, dirs) for n in sizes]
+    paths = run_side_by_side(
+        [
+            partial(
+                markov_training.run,
+                student,
+                cfg.run_output(run_dir, "online" if n is None else f"n{n}"),
+            )
+            for n, student in zip(sizes, students, strict=True)
+        ]
+    )
+    runs = []
+    for student, path in zip(students, paths, strict=True):
         ds, _ = load(path)
         runs.append((student, ds.isel(seed=0), read_summary(path)))
-        paths.append(path)
     steps = runs[0][1]["step"].values
     bayes = runs[0][2]["bayes_loss"]
     val = np.stack([ds["val_loss"].values for _, ds, _ in runs])

@@ -16,6 +16,7 @@ The sweep machinery here (``SweepConfig``, ``train_sweep``) is shared with
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,7 @@ from simulate.incremental import markov_training
 from simulate.incremental.markov_training import LADDER_RULE, SPLIT_RULE, MarkovTrainConfig
 from simulate.incremental.training_stages import STALL_RULE, stall_level
 from simulate.runner import RunOutput
+from simulate.side_by_side import run_side_by_side
 from simulate.store import load, read_summary
 from theory.validation import require
 
@@ -84,12 +86,19 @@ class InitScaleConfig(SweepConfig):
 def train_sweep(
     runs: dict[str, MarkovTrainConfig], run_dir: Path, quiet: bool
 ) -> tuple[xr.Dataset, dict[str, dict]]:
-    """Train each labelled run (one seed) into ``run_dir/<label in lower case>`` and gather its
-    validation loss, excess loss over its own Bayes loss, KL to the truncated teachers and head
-    asymmetry; plus each run's summary.json."""
+    """Train each labelled run (one seed; side by side, one per CPU device) into
+    ``run_dir/<label in lower case>`` and gather its validation loss, excess loss over its own
+    Bayes loss, KL to the truncated teachers and head asymmetry; plus each run's summary.json."""
     rows, summaries = [], {}
-    for label, cfg in runs.items():
-        path = markov_training.run(cfg, RunOutput(out=Path(run_dir) / label.lower(), quiet=quiet))
+    paths = run_side_by_side(
+        [
+            partial(
+                markov_training.run, cfg, RunOutput(out=Path(run_dir) / label.lower(), quiet=quiet)
+            )
+            for label, cfg in runs.items()
+        ]
+    )
+    for label, path in zip(runs, paths, strict=True):
         ds, _ = load(path)
         summary = read_summary(path)
         run = ds.isel(seed=0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ from simulate.incremental.training_stages import (
     time_factor,
 )
 from simulate.runner import RunOutput
+from simulate.side_by_side import run_side_by_side
 from simulate.store import load, read_summary
 from theory.validation import require
 
@@ -107,16 +109,25 @@ class TrainingGrid:
 
 
 def training_timing(grid: TrainingGrid, out: Path, quiet: bool) -> tuple[xr.Dataset, dict]:
-    """Train every grid point (seeds vmapped), measure its stage boundaries, integrate the reduced
-    system from the same initial logits (one vmapped solve) and map ODE time to steps."""
+    """Train every grid point (seeds vmapped; points side by side, one per CPU device), measure its
+    stage boundaries, integrate the reduced system from the same initial logits (one vmapped
+    solve) and map ODE time to steps."""
     qs, ms = list(grid.q), list(grid.m)
     points = list(itertools.product(range(len(qs)), range(len(ms))))
     measured = runs = None
     theta0, targets, levels, dtypes = [], [], [], {}
-    for i, j in points:
+    paths = run_side_by_side(
+        [
+            partial(
+                markov_training.run,
+                grid.config(qs[i], ms[j]),
+                RunOutput(out=Path(out) / f"q={qs[i]:g}_m={ms[j]:g}", quiet=quiet),
+            )
+            for i, j in points
+        ]
+    )
+    for (i, j), path in zip(points, paths, strict=True):
         cfg = grid.config(qs[i], ms[j])
-        path = Path(out) / f"q={qs[i]:g}_m={ms[j]:g}"
-        markov_training.run(cfg, RunOutput(out=path, quiet=quiet))
         ds, _ = load(path)
         summary = read_summary(path)
         yard = summary["yardstick_losses"]

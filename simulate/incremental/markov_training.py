@@ -43,6 +43,7 @@ from simulate.incremental.markov_task import (
 )
 from simulate.incremental.minimal_transformer import MinimalTransformer, init_minimal
 from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
+from simulate.side_by_side import run_side_by_side
 from simulate.store import RunStore, jsonable, read_summary
 from simulate.train import Problem, TrainResult
 from theory.validation import require
@@ -618,14 +619,16 @@ def train_baselines(
     cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None, quiet: bool = False
 ) -> tuple[Path, ...]:
     """Train the learned c-gram baselines of ``cfg``'s task (default c = c_1..c_h, the last the
-    full-window model) with ``cfg``'s settings, one seed each, into ``out/{c}-gram``; a directory
-    already holding the complete run is reused. Returns the run directories."""
+    full-window model) with ``cfg``'s settings, one seed each (side by side, one per CPU device),
+    into ``out/{c}-gram``; a directory already holding the complete run is reused. Returns the
+    run directories."""
     base: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
-    dirs = []
+    dirs, jobs = [], []
     for c in contexts or baseline_contexts(cfg.task()):
         bcfg = MarkovTrainConfig(**{**base, "context": c, "baselines": (), "seeds": 1})
         path = Path(out) / f"{c}-gram"
         if not _matches(path, bcfg):
-            run(bcfg, RunOutput(out=path, quiet=quiet))
+            jobs.append(partial(run, bcfg, RunOutput(out=path, quiet=quiet)))
         dirs.append(path)
+    run_side_by_side(jobs)
     return tuple(dirs)

@@ -1,0 +1,79 @@
+"""A figure's independent runs side by side, one JAX CPU device each (simulate.side_by_side):
+every run gets a device of its own and the trajectory it gets alone; SIGINT stops every running
+run after its chunk in flight, leaves it resumable, and starts no further run."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+from simulate.store import RunStore, load, read_summary
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from functools import partial
+    from pathlib import Path
+    from simulate.runtime import configure
+    configure()
+    from simulate import side_by_side
+    from simulate.incremental.head_training import HeadTrainConfig, run
+    from simulate.runner import RunOutput
+
+    out, steps, jobs = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+    def job(i):
+        seen = side_by_side.devices()
+        cfg = HeadTrainConfig(heads=2, blocks=(1, 1), window=6, m=1.5 + 0.1 * i, lr=0.01,
+                              steps=steps, chunk=200, log_every=50, seeds=2)
+        run(cfg, RunOutput(out=out / f"run{i}", quiet=True, reuse=True))
+        return [d.id for d in seen]
+
+    print(side_by_side.run_side_by_side([partial(job, i) for i in range(jobs)]), flush=True)
+    """
+)
+
+
+def _start(tmp_path, out, devices, steps, jobs):
+    (tmp_path / "script.py").write_text(SCRIPT)
+    env = {**os.environ, "STAGEWISE_CPU_DEVICES": str(devices)}
+    cmd = [sys.executable, str(tmp_path / "script.py"), str(out), str(steps), str(jobs)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_each_run_has_its_own_device_and_its_trajectory_alone(tmp_path):
+    together = _start(tmp_path, tmp_path / "two", 2, 400, 2)
+    stdout, stderr = together.communicate(timeout=300)
+    assert together.returncode == 0, stderr
+    assert sorted(eval(stdout.strip()), key=lambda ids: ids[0]) == [[0], [1]]
+    alone = _start(tmp_path, tmp_path / "one", 1, 400, 2)
+    stdout, stderr = alone.communicate(timeout=300)
+    assert alone.returncode == 0, stderr
+    assert eval(stdout.strip()) == [[0], [0]]
+    for i in range(2):
+        a, _ = load(tmp_path / "two" / f"run{i}")
+        b, _ = load(tmp_path / "one" / f"run{i}")
+        for name in a.data_vars:  # one device each: the same program as alone, bit for bit
+            np.testing.assert_array_equal(a[name].values, b[name].values)
+
+
+def test_sigint_stops_every_running_run_resumably_and_starts_no_other(tmp_path):
+    out = tmp_path / "runs"
+    proc = _start(tmp_path, out, 2, 200_000, 3)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # both running runs have committed a chunk
+        done = [RunStore(out / f"run{i}") for i in range(2)]
+        if all(s.path.exists() and s.has_checkpoint() and s.rows() > 1 for s in done):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "Interrupted" in stderr
+    for i in range(2):
+        assert read_summary(out / f"run{i}")["status"] == "interrupted"
+    assert not (out / "run2").exists()  # the third run never started
