@@ -16,6 +16,7 @@ Adam has no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +29,7 @@ from figures.core.verdicts import Prediction
 from figures.incremental import compare_cross_entropy, compare_regression
 from simulate.incremental.regression_training import RegressionConfig
 from simulate.runner import Seeds
+from simulate.side_by_side import run_side_by_side
 
 
 @dataclass(frozen=True)
@@ -55,17 +57,35 @@ class CompareConfig(FigureOptions):
 
 
 def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
+    # the three rows are independent: side by side, one per CPU device, the longest (the markov
+    # row with its baselines) first
+    attentions = ("positional", "full")
+    markov, *regression = run_side_by_side(
+        [
+            partial(
+                compare_cross_entropy.compare,
+                run_dir / "markov",
+                cfg.quick,
+                cfg.flow.seed,
+                cfg.quiet,
+            ),
+            *(
+                partial(
+                    compare_regression.compare,
+                    cfg.regression(attention),
+                    cfg.run_output(run_dir, f"regression-{attention}"),
+                    attention,
+                )
+                for attention in attentions
+            ),
+        ]
+    )
     pieces, summary = [], {}
-    for attention in ("positional", "full"):
-        output = cfg.run_output(run_dir, f"regression-{attention}")
-        data, part = compare_regression.compare(cfg.regression(attention), output, attention)
+    for attention, (data, part) in zip(attentions, regression, strict=True):
         pieces.append(data.rename(seed=f"{attention}_seed"))
         summary[f"regression_{attention}"] = part
-    data, part = compare_cross_entropy.compare(
-        run_dir / "markov", cfg.quick, cfg.flow.seed, cfg.quiet
-    )
-    pieces.append(data)
-    summary["cross_entropy"] = part
+    pieces.append(markov[0])
+    summary["cross_entropy"] = markov[1]
     return xr.merge(pieces), summary
 
 
