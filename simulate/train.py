@@ -192,7 +192,7 @@ def _chunk_program(
         return jax.lax.scan(log_row, carry, None, length=schedule.chunk // schedule.log_every)
 
     consts = (ld_consts, obs_consts)
-    if len(jax.tree_util.tree_leaves(state)[0]) > 1:
+    if jax.tree_util.tree_leaves(state)[0].shape[0] > 1:  # seeds
         return jax.jit(jax.vmap(chunk, in_axes=(None, 0))), observation, consts
 
     # vmap over a single seed still batches every gather and scatter of the step, and on the CPU

@@ -2,6 +2,7 @@
 every run gets a device of its own and the trajectory it gets alone; SIGINT stops every running
 run after its chunk in flight, leaves it resumable, and starts no further run."""
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from simulate.store import RunStore, load, read_summary
 
 SCRIPT = textwrap.dedent(
     """
+    import json
     import sys
     from functools import partial
     from pathlib import Path
@@ -33,7 +35,8 @@ SCRIPT = textwrap.dedent(
         run(cfg, RunOutput(out=out / f"run{i}", quiet=True, reuse=True))
         return [d.id for d in seen]
 
-    print(side_by_side.run_side_by_side([partial(job, i) for i in range(jobs)]), flush=True)
+    seen = side_by_side.run_side_by_side([partial(job, i) for i in range(jobs)])
+    print(json.dumps(seen), flush=True)
     """
 )
 
@@ -49,11 +52,11 @@ def test_each_run_has_its_own_device_and_its_trajectory_alone(tmp_path):
     together = _start(tmp_path, tmp_path / "two", 2, 400, 2)
     stdout, stderr = together.communicate(timeout=300)
     assert together.returncode == 0, stderr
-    assert sorted(eval(stdout.strip()), key=lambda ids: ids[0]) == [[0], [1]]
+    assert sorted(json.loads(stdout), key=lambda ids: ids[0]) == [[0], [1]]
     alone = _start(tmp_path, tmp_path / "one", 1, 400, 2)
     stdout, stderr = alone.communicate(timeout=300)
     assert alone.returncode == 0, stderr
-    assert eval(stdout.strip()) == [[0], [0]]
+    assert json.loads(stdout) == [[0], [0]]
     for i in range(2):
         a, _ = load(tmp_path / "two" / f"run{i}")
         b, _ = load(tmp_path / "one" / f"run{i}")

@@ -116,18 +116,18 @@ def training_timing(grid: TrainingGrid, out: Path, quiet: bool) -> tuple[xr.Data
     points = list(itertools.product(range(len(qs)), range(len(ms))))
     measured = runs = None
     theta0, targets, levels, dtypes = [], [], [], {}
+    configs = [grid.config(qs[i], ms[j]) for i, j in points]
     paths = run_side_by_side(
         [
             partial(
                 markov_training.run,
-                grid.config(qs[i], ms[j]),
+                cfg,
                 RunOutput(out=Path(out) / f"q={qs[i]:g}_m={ms[j]:g}", quiet=quiet),
             )
-            for i, j in points
+            for (i, j), cfg in zip(points, configs, strict=True)
         ]
     )
-    for (i, j), path in zip(points, paths, strict=True):
-        cfg = grid.config(qs[i], ms[j])
+    for (i, j), cfg, path in zip(points, configs, paths, strict=True):
         ds, _ = load(path)
         summary = read_summary(path)
         yard = summary["yardstick_losses"]
