@@ -42,6 +42,7 @@ from simulate.incremental.markov_task import (
     teacher_log_probs,
 )
 from simulate.incremental.minimal_transformer import MinimalTransformer, init_minimal
+from simulate.measure.stages import first_crossing, midpoints
 from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
 from simulate.side_by_side import run_side_by_side
 from simulate.store import RunStore, jsonable, read_summary
@@ -61,7 +62,13 @@ PLAIN_LR = {"sgd": 0.2, "gd": 0.2}
 """SGD: the paper's appendix value (§4); GD: the same, a project choice."""
 FLOAT64_BELOW = 1e-6
 """query scales 0 < q below this train in float64 under ``precision = auto`` (§8.6)."""
-OPTIMIZER_OPTIONS = {"momentum": ("sgd",), "weight_decay": ("adamw",), "clip": ("adamw", "sgd")}
+OPTIMIZER_OPTIONS = {
+    "momentum": ("sgd",),
+    "weight_decay": ("adamw",),
+    "beta1": ("adamw",),
+    "beta2": ("adamw",),
+    "clip": ("adamw", "sgd"),
+}
 """the optimizers each optimizer-specific option applies to (set away from its default with any
 other it would be silently ignored)."""
 TEACHER_FIELDS = (*(f.name for f in fields(MarkovSetting)), "teacher_seed")
@@ -78,6 +85,11 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     """attention layers (1 or 2)."""
     heads: int = 3
     """H, attention heads (a divisor of the full model's width 255)."""
+    attention: Literal["full", "positional"] = "full"
+    """minimal model: full trains all of W_Q and W_V; positional trains only W_Q's
+    position-position block and W_V's token-to-logit block (spec §5.1 assumptions (b)-(c) made
+    structural: attention by position alone, values in token space), the rest stays at its
+    initial value."""
     context: int | None = None
     """c: train a c-gram baseline that reads only the last c tokens (1 <= c <= L); None: all."""
     query_scale: float | None = 1e-9
@@ -93,6 +105,11 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     """SGD momentum (optimizer = sgd)."""
     weight_decay: float = 0.01
     """AdamW weight decay (optimizer = adamw)."""
+    beta1: float = 0.9
+    """AdamW's first-moment decay (optimizer = adamw)."""
+    beta2: float = 0.999
+    """AdamW's second-moment decay (optimizer = adamw): it remembers squared gradients for about
+    1 / (1 - beta2) steps, longer than the plateaus of the quick runs."""
     clip: float = 1.0
     """gradient clipping at this global norm (adamw, sgd)."""
     train_size: int | None = None
@@ -165,7 +182,21 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
             self.lr,
             "a learning rate > 0, or None for the paper's",
         )
-        require(0 <= self.momentum < 1, "momentum", self.momentum, "a value in [0, 1)")
+        for name in ("momentum", "beta1", "beta2"):
+            value = getattr(self, name)
+            require(0 <= value < 1, name, value, "a value in [0, 1)")
+        require(
+            self.attention in ("full", "positional"),
+            "attention",
+            self.attention,
+            "full or positional",
+        )
+        require(
+            self.attention == "full" or self.model == "minimal",
+            "attention",
+            self.attention,
+            "full (positional attention is an option of the minimal model, not of model = full)",
+        )
         require(
             math.isfinite(self.weight_decay) and self.weight_decay >= 0,
             "weight_decay",
@@ -286,11 +317,34 @@ def build_model(cfg: MarkovTrainConfig, key: jax.Array) -> MinimalTransformer | 
     )
 
 
+def positional_part(tree: Any, params: Any = None) -> Any:
+    """``tree`` (a MinimalTransformer's gradient or update) with only W_Q's position-position
+    block and W_V's token-to-logit block kept, every other entry zero: what ``attention =
+    positional`` trains (``params``: unused, optax's stateless signature)."""
+    del params
+    d, D = tree.vocab, tree.WQ.shape[-1]
+    query = jnp.zeros((D, D), tree.WQ.dtype).at[d:, d:].set(1)
+    value = jnp.zeros((D, D), tree.WV.dtype).at[:d, :d].set(1)
+    return eqx.tree_at(lambda t: (t.WQ, t.WV), tree, (tree.WQ * query, tree.WV * value))
+
+
 def optimizer(cfg: MarkovTrainConfig) -> optax.GradientTransformation:
+    """The optimizer of ``cfg``; with positional attention the gradient is masked before it
+    (clipping and Adam's moments see the trained entries only) and the update after it
+    (weight decay would move the frozen entries)."""
+    inner = _optimizer(cfg)
+    if cfg.attention == "full":
+        return inner
+    mask = optax.stateless(positional_part)
+    return optax.chain(mask, inner, mask)
+
+
+def _optimizer(cfg: MarkovTrainConfig) -> optax.GradientTransformation:
     lr = cfg.learning_rate
     if cfg.optimizer == "adamw":
         return optax.chain(
-            optax.clip_by_global_norm(cfg.clip), optax.adamw(lr, weight_decay=cfg.weight_decay)
+            optax.clip_by_global_norm(cfg.clip),
+            optax.adamw(lr, b1=cfg.beta1, b2=cfg.beta2, weight_decay=cfg.weight_decay),
         )
     if cfg.optimizer == "sgd":
         return optax.chain(
@@ -516,6 +570,11 @@ SPLIT_RULE = (
     "first logged step at which two heads' block masses (last query, first layer) "
     "differ by more than 0.1"
 )
+STAGE_RULE = (
+    "stage k starts at the first logged step where the validation loss falls below the "
+    "midpoint of the class-(k-1) and class-k levels (class 0 = uniform, ln d; class k = "
+    "the learned c_k-gram baseline's validation loss, k < h; the Bayes loss, k = h)"
+)
 EARLY_STOPPING_RULE = "best step: argmin of val_loss over the logged rows (early stopping)"
 
 
@@ -578,7 +637,24 @@ def summarize(cfg: MarkovTrainConfig, data: MarkovData, ds: xr.Dataset) -> dict:
         summary["closest_baseline_at_best_per_seed"] = [
             int(contexts[np.argmin(ds["kl_baseline"].values[i, b])]) for i, b in zip(seeds, best)
         ]
+        levels = class_levels(task, summary["baselines"], yard[task.h])
+        if levels is not None:
+            summary["stage_rule"] = STAGE_RULE
+            summary["class_levels"] = levels
+            summary["stage_start_per_seed"] = [
+                [first_crossing(steps, loss, c) for c in midpoints(levels)] for loss in val
+            ]
     return summary
+
+
+def class_levels(task: MarkovSetting, baselines: dict[int, str], bayes: float) -> list | None:
+    """Loss levels of classes 0..h (``STAGE_RULE``): ln d, the final validation loss of the
+    learned c_k-gram baseline for k < h, the Bayes loss; None without those baselines."""
+    contexts = baseline_contexts(task)[:-1]
+    if not all(c in baselines for c in contexts):
+        return None
+    learned = [float(read_summary(Path(baselines[c]))["final_val_loss"][0]) for c in contexts]
+    return [math.log(task.vocab), *learned, float(bayes)]
 
 
 def run(cfg: MarkovTrainConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:

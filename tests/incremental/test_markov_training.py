@@ -16,6 +16,7 @@ from simulate.incremental.markov_training import (
     load_baseline,
     log_probs,
     markov_data,
+    optimizer,
     problem,
     run,
     stored_config,
@@ -180,6 +181,41 @@ def test_precision_auto_and_sgd(tmp_path):
     assert MarkovTrainConfig(layers=2).learning_rate == 0.04
 
 
+def test_positional_attention_trains_only_its_blocks(tmp_path):
+    """attention = positional under AdamW (weight decay on): W_Q's position-position block and
+    W_V's token block move, every other entry keeps its initial value bitwise."""
+    cfg = MarkovTrainConfig(**{**TINY, "seeds": 1}, attention="positional", weight_decay=0.5)
+    run(cfg, _output(tmp_path))
+    keys = seed_streams([0])
+    start = build_model(cfg, keys["init"][0])
+    leaves, _, _ = RunStore(tmp_path / "r").load_checkpoint()
+    d = cfg.vocab
+    for before, after, (rows, cols) in zip(
+        (start.WQ, start.WV), leaves[:2], ((slice(d, None),) * 2, (slice(None, d),) * 2)
+    ):
+        before, after = np.asarray(before), after[0]
+        trained = np.zeros(before.shape, bool)
+        trained[..., rows, cols] = True
+        assert np.all(before[~trained] == after[~trained])
+        assert np.abs(after[trained] - before[trained]).max() > 1e-3
+
+
+def test_adam_moment_decays_reach_the_optimizer():
+    """beta1 and beta2 are AdamW's: a second step after a large first gradient differs."""
+    params = {"w": jnp.zeros(3)}
+    updates = []
+    for beta2 in (0.999, 0.5):
+        opt = optimizer(MarkovTrainConfig(beta2=beta2, clip=1e9))
+        state = opt.init(params)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
+            _, state = opt.update({"w": jnp.full(3, 100.0)}, state, params)
+            updates.append(opt.update({"w": jnp.ones(3)}, state, params)[0]["w"])
+    # second moment after two steps: (1 - b2) (b2 100^2 + 1) / (1 - b2^2), first moment the same
+    expected = [(1 - b) * (b * 1e4 + 1) / (1 - b**2) for b in (0.999, 0.5)]
+    ratio = np.sqrt(expected[1] / expected[0])
+    np.testing.assert_allclose(updates[0] / updates[1], ratio, rtol=1e-3)
+
+
 def test_equal_heads_stay_identical_through_the_trainer(tmp_path):
     """q = 0, W_V = 0 in the two-layer minimal model: no step ever separates the heads."""
     cfg = MarkovTrainConfig(**{**TINY, "seeds": 1, "query_scale": 0.0}, layers=2)
@@ -255,6 +291,20 @@ def test_student_logs_kl_to_the_baselines(baselines, tmp_path):
     assert summary["closest_baseline_at_best_per_seed"] == [
         [1, 2][int(np.argmin(ds["kl_baseline"].values[0, np.argmin(ds["val_loss"].values[0])]))]
     ]
+    # class levels: ln d, the 1-gram baseline's final validation loss (h = 2), the Bayes loss
+    first = read_summary(dirs[0])["final_val_loss"][0]
+    assert summary["class_levels"] == pytest.approx(
+        [np.log(cfg.vocab), first, summary["bayes_loss"]]
+    )
+    steps, loss = ds["step"].values, ds["val_loss"].values[0]
+    for k, start in enumerate(np.asarray(summary["stage_start_per_seed"][0], float)):
+        cut = 0.5 * (summary["class_levels"][k] + summary["class_levels"][k + 1])
+        below = np.nonzero(loss < cut)[0]
+        if below.size == 0:
+            assert np.isnan(start)
+        else:  # interpolated between the last logged step above the cut and the first below
+            i = below[0]
+            assert steps[max(i - 1, 0)] <= start <= steps[i]
 
 
 def test_baselines_of_another_teacher_are_refused(baselines):
@@ -281,6 +331,11 @@ def test_baselines_of_another_teacher_are_refused(baselines):
         (["--context", "0"], "context"),
         (["--context", "30"], "context"),
         (["--momentum", "1.5"], "momentum"),
+        (["--beta2", "1.0"], "beta2"),
+        (["--beta1", "-0.1"], "beta1"),
+        (["--optimizer", "sgd", "--beta2", "0.99"], "beta2"),
+        (["--attention", "content"], "attention"),
+        (["--model", "full", "--heads", "3", "--attention", "positional"], "attention"),
         (["--train-size", "0"], "train_size"),
         (["--model", "full", "--heads", "2"], "heads"),
         (["--model", "full", "--generated", "60"], "generated"),
