@@ -30,6 +30,8 @@ from theory.incremental.later_stages import (
     covers,
     mixed_stage_point,
 )
+from theory.incremental.splitting import characteristic_polynomial
+from theory.incremental.splitting import z as splitting_z
 from theory.incremental.stages import (
     escape_integral,
     first_escape_time_expr,
@@ -166,7 +168,23 @@ def derive(cfg: DeriveConfig) -> str:
         )
     if covers(setting) and setting.h >= 2 and setting.heads >= 2:
         lines += _later_stages(hs, cfg.noise, [p.time for p in stages], show)
-    return "\n".join(lines)
+    return "\n".join(lines + _optimizer_split(show))
+
+
+def _optimizer_split(show) -> list[str]:
+    """The linearised head split under AdamW and SGD (theory.incremental.splitting)."""
+    lines = [
+        "",
+        "Training with an optimizer (theory.incremental.splitting): on the plateau the heads' "
+        "difference follows gradient descent preconditioned by P = 1/(sqrt(v_hat) + eps) (AdamW; "
+        "P = I for SGD) with the optimizer's momentum; along an eigenvector of P H_a with "
+        "eigenvalue -mu/lr it grows like z^t, z the larger root of",
+    ]
+    for momentum, name in (("ema", "AdamW (c = lr wd)"), ("heavy_ball", "SGD with momentum")):
+        poly = sp.collect(characteristic_polynomial(momentum), splitting_z)
+        lines.append(f"  {name}: {show(poly)} = 0")
+    lines.append("  so the plateau is ln(1/q)/ln z plus a part independent of q")
+    return lines
 
 
 def _later_stages(hs: HeadSystem, eps: float, vertex_times: list, show) -> list[str]:

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+import sympy as sp
 
 from figures.cli import main
 from figures.derive import SYSTEMS
@@ -18,6 +19,7 @@ from theory.focus_dilution.stages import (
     stage_one_rate,
     stage_two_rate,
 )
+from theory.incremental.splitting import characteristic_polynomial, z
 from theory.mean_field import energy
 
 
@@ -30,6 +32,14 @@ def test_every_paper_has_a_derivation():
     assert {"incremental", "focus-dilution", "clustering-head", "emergence", "mean-field"} <= set(
         SYSTEMS
     )
+
+
+def test_incremental_prints_the_optimizers_split_polynomials(capsys):
+    out = _derive(capsys, "incremental")
+    for momentum in ("ema", "heavy_ball"):
+        poly = sp.collect(characteristic_polynomial(momentum), z)
+        assert str(poly) in out
+    assert "AdamW" in out and "SGD with momentum" in out
 
 
 def test_focus_dilution_prints_rates_plateaus_and_onset_slopes(capsys):

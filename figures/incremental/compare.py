@@ -118,7 +118,9 @@ def report(summary: dict) -> str:
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 4, figsize=(18, 12.5))
+    fig, axes = plt.subplots(3, 5, figsize=(22, 12.5))
+    for ax in axes[:2, 4]:
+        ax.set_visible(False)  # the fifth panel belongs to the cross-entropy row
     _regression_row(axes[0], data, summary["regression_positional"], "positional")
     _regression_row(axes[1], data, summary["regression_full"], "full")
     compare_cross_entropy.plot_row(axes[2], data, summary["cross_entropy"])

@@ -2,14 +2,17 @@
 rebuttal Fig. B; spec incremental.md §7), with the reduced head ODE drawn on the same axes.
 
 Top: attention mass of each head on each lag block from the last query, against the training
-step; dashed: the reduced ODE's block mass of the matched head, its time mapped to steps by one
-fitted constant (the ratio of the head-splitting times). Bottom: value alignment
+step; dashed: the reduced ODE's block mass of the matched head, its time mapped to steps by the
+derived split step of AdamW over the ODE's (issue 17 item 4:
+``simulate.incremental.plateau_splitting``, a-priori, no constant fitted to the run); the fitted
+ratio of the measured split times stays in the summary beside it. Bottom: value alignment
 <V_h, A*_k / ||A*_k||_F> of each head with each block's teacher matrix.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +25,8 @@ from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
 from simulate.incremental.markov_reduction import match_heads, ode_block_mass
 from simulate.incremental.markov_training import MarkovTrainConfig, split_step
+from simulate.incremental.plateau_splitting import SPLIT_PREDICTION_RULE, predict_split
+from simulate.side_by_side import run_side_by_side
 from simulate.store import load
 
 QUICK = {"vocab": 20, "batch": 256, "validation": 256, "steps": 1000}
@@ -46,14 +51,21 @@ class HeadDynamicsConfig(FigureOptions):
 
 def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     training = cfg.training()
-    path = markov_training.run(training, cfg.run_output(run_dir))
+    # the a-priori split needs only the config: side by side with the run
+    path, (predicted_split, rates) = run_side_by_side(
+        [
+            partial(markov_training.run, training, cfg.run_output(run_dir)),
+            partial(predict_split, training),
+        ]
+    )
     ds, _ = load(path)
     run = ds.isel(seed=0, layer=0)  # the one-layer model's attention
     steps = run["step"].values
     ts, ode_mass, ode_value = ode_block_mass(training)
     train_split = split_step(steps, run["block_mass"].values)
     ode_split = split_step(ts, ode_mass)
-    scale = train_split / ode_split  # steps per unit of ODE time
+    scale = predicted_split / ode_split  # steps per unit of ODE time, derived
+    fitted = train_split / ode_split
     order = list(match_heads(run["block_mass"].values[-1], ode_mass[-1]))
     # the dashed curves at the last step: the ODE at that step's mapped time (nan past its horizon)
     t_last = steps[-1] / scale
@@ -81,7 +93,15 @@ def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         "split_rule": markov_training.SPLIT_RULE,
         "heads_split_step": train_split,
         "ode_heads_split_time": ode_split,
+        "split_prediction_rule": SPLIT_PREDICTION_RULE,
+        "heads_split_step_predicted": predicted_split,
+        "splitting_rates": [
+            {"step": r.step, "rate": r.rate, "mu": r.mu, "split_amplitude": r.split_amplitude}
+            for r in rates
+        ],
+        "initial_split_amplitude": rates[0].initial_amplitude,
         "steps_per_ode_time": scale,
+        "steps_per_ode_time_fitted": fitted,
         "ode_head_order": order,
         "final_block_mass": run["block_mass"].values[-1],
         "final_value_alignment": run["value_alignment"].values[-1],
@@ -90,13 +110,16 @@ def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     return data, summary
 
 
+SPLIT_TOLERANCE = 0.25
+"""relative: issue 17's target for AdamW stage durations."""
 MASS_TOLERANCE = 0.1
 """block masses within 0.1 count as equal (the head-splitting rule's threshold)."""
 
 
 def predictions(summary: dict) -> list[Prediction]:
     """Each head's attention mass on each block at the last step: the matched ODE head (dashed)
-    beside the trained head (solid); a run stored before the summary kept the ODE's masses has
+    beside the trained head (solid), and the step the heads split, derived a priori from the
+    linearised AdamW beside the measured one; a run stored before the summary kept these has
     them as not measured."""
     trained = np.asarray(summary["final_block_mass"], float)
     ode = np.asarray(summary.get("ode_block_mass_at_last_step", np.nan + trained), float)
@@ -107,19 +130,30 @@ def predictions(summary: dict) -> list[Prediction]:
             float(trained[k, j]),
             MASS_TOLERANCE,
             "predicted: the reduced ODE (replicator) of the same blocks, its heads matched to the "
-            "trained heads and its time mapped by the fitted ratio of head-splitting times; "
+            "trained heads and its time mapped by the derived AdamW split step over the ODE's; "
             "0.1, the difference below which the head-splitting rule counts masses equal",
             "difference",
         )
         for k, j in np.ndindex(trained.shape)
+    ] + [
+        Prediction(
+            "heads split (step)",
+            float(summary.get("heads_split_step_predicted", np.nan)),
+            float(summary.get("heads_split_step", np.nan)),
+            SPLIT_TOLERANCE,
+            f"{SPLIT_PREDICTION_RULE}; measured: {markov_training.SPLIT_RULE}; 25%, issue 17's "
+            "target for AdamW stage durations",
+        )
     ]
 
 
 def report(summary: dict) -> str:
     return (
-        f"heads split at step {summary['heads_split_step']:.0f} (training) and at ODE time "
-        f"{summary['ode_heads_split_time']:.4g}: {summary['steps_per_ode_time']:.4g} steps per "
-        "unit ODE time"
+        f"heads split at step {summary['heads_split_step']:.0f} (training), at step "
+        f"{float(summary['heads_split_step_predicted']):.0f} predicted (linearised AdamW, "
+        f"a-priori), and at ODE time {summary['ode_heads_split_time']:.4g}: "
+        f"{summary['steps_per_ode_time']:.4g} steps per unit ODE time derived, "
+        f"{summary['steps_per_ode_time_fitted']:.4g} fitted to the run"
     )
 
 
@@ -153,18 +187,21 @@ def plot(data: xr.Dataset, summary: dict):
             xlabel="training step",
         )
     split = float(summary["heads_split_step"])
+    predicted = float(summary["heads_split_step_predicted"])
     for ax in axes.ravel():
         ax.axvline(split, color="tab:red", ls=":", lw=1)
+        ax.axvline(predicted, color="tab:purple", ls="-.", lw=1)
         ax.set_xlim(0, steps[-1])
-    axes[0, 0].plot([], [], "k--", lw=1, label="reduced ODE, time x fitted constant")
+    axes[0, 0].plot([], [], "k--", lw=1, label="reduced ODE, time x derived AdamW factor")
     axes[0, 0].plot([], [], color="tab:red", ls=":", label="heads split (training)")
+    axes[0, 0].plot([], [], color="tab:purple", ls="-.", label="heads split (linearised AdamW)")
     axes[0, 0].legend(fontsize=7)
     axes[1, 0].legend(fontsize=7)
     axes[0, 0].set_ylabel("attention mass (last query)")
     axes[1, 0].set_ylabel("value alignment")
     fig.suptitle(
         "Minimal transformer: head dynamics on the Markov chain, with the reduced ODE "
-        f"({float(summary['steps_per_ode_time']):.3g} steps per unit ODE time)"
+        f"({float(summary['steps_per_ode_time']):.3g} steps per unit ODE time, derived)"
     )
     fig.tight_layout()
     return fig
@@ -183,9 +220,10 @@ FIGURE = Figure(
         "Top: attention mass of each head on each lag block from the last query against the "
         "step; bottom: value alignment <V_h, A*_j / ||A*_j||_F> of each head with each block's "
         "teacher matrix. Solid: training; dashed (top): the reduced ODE of the same blocks and "
-        "importances, its heads matched to the trained heads and its time mapped to steps by one "
-        "fitted constant, the ratio of the head-splitting times (training split: red dotted "
-        "line). Negative alignments after the split are the cooperative offsets."
+        "importances, its heads matched to the trained heads and its time mapped to steps by the "
+        "AdamW split step derived a priori (linearised AdamW on the symmetric twin; purple "
+        "dash-dotted line) over the ODE's split time (training split: red dotted line). "
+        "Negative alignments after the split are the cooperative offsets."
     ),
     predictions=predictions,
 )

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from figures.cli import main
+from figures.incremental.compare_cross_entropy import SPLIT_MARGIN, measured_rate
 from simulate.incremental.training_stages import duration_ratio
 from simulate.store import read_summary
 
@@ -13,6 +14,17 @@ def test_duration_ratios_are_stage_lengths_over_the_first_stage():
     assert np.isnan(duration_ratio(starts, 0))
     assert duration_ratio(starts, 1) == 3.0
     assert duration_ratio(starts, 2) == 6.0
+
+
+def test_measured_splitting_rate_is_the_log_slope_over_the_late_plateau():
+    steps = np.arange(0, 1000, 10.0)
+    # e^(0.05 t) until the split at 450, then saturated: only the window counts
+    asymmetry = np.exp(0.05 * np.minimum(steps, 450.0) - 20.0)
+    rate, window = measured_rate(steps, asymmetry, 20.0, 450.0)
+    assert window == [235.0, 450.0 - SPLIT_MARGIN]
+    assert rate == pytest.approx(0.05)
+    assert np.isnan(measured_rate(steps, asymmetry, 20.0, float("nan"))[0])
+    assert np.isnan(measured_rate(steps, asymmetry, 20.0, 90.0)[0])  # no logged step left
 
 
 def test_unknown_comparison_is_one_line(capsys):
@@ -35,5 +47,8 @@ def test_compare_incremental_quick(tmp_path, capsys):
     ce = summary["cross_entropy"]
     assert ce["order_predicted"] == [1, 2, 3]
     assert len(ce["rows"]) == 3 and np.isfinite(ce["rows"][-1]["start_measured"])
+    # AdamW's head-splitting rate: the linearised optimizer at the plateau, within 25%
+    split = ce["splitting"]
+    assert abs(split["rate_predicted"] / split["rate_measured"] - 1) < 0.25
     # the replot path draws from the stored data alone
     assert main(["compare", "incremental", "--quick", "--replot", "--out", str(tmp_path)]) == 0

@@ -306,17 +306,27 @@ def test_dataset_size_rows_are_the_stages_at_early_stopping():
 def test_head_dynamics_rows_are_the_block_masses_at_the_last_step():
     trained = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.0, 0.3, 0.7]])
     predicted = np.array([[0.95, 0.05, 0.0], [0.1, 0.85, 0.05], [0.0, 0.0, 1.0]])
-    summary = {"final_block_mass": trained, "ode_block_mass_at_last_step": predicted}
+    summary = {
+        "final_block_mass": trained,
+        "ode_block_mass_at_last_step": predicted,
+        "heads_split_step": 450.0,
+        "heads_split_step_predicted": 400.0,
+    }
     rows = _rows(head_dynamics.FIGURE, summary)
-    assert len(rows) == 9
+    assert len(rows) == 10
     last = _one(rows, "head 3 on block 3")
     assert (last.predicted, last.measured, last.verdict()) == (1.0, 0.7, "disagrees")
     assert _one(rows, "head 2 on block 2").verdict() == "agrees"
-    # past the ODE's horizon, or in a run stored before the key, the prediction is missing
+    split = _one(rows, "heads split")
+    assert (split.predicted, split.measured, split.verdict()) == (400.0, 450.0, "agrees")
+    summary["heads_split_step_predicted"] = 300.0  # measured 1.5x the prediction
+    assert _one(_rows(head_dynamics.FIGURE, summary), "heads split").verdict() == "disagrees"
+    # past the ODE's horizon, or in a run stored before the keys, the prediction is missing
     summary["ode_block_mass_at_last_step"] = np.full((3, 3), np.nan)
+    summary["heads_split_step_predicted"] = float("nan")
     for stored in (summary, {"final_block_mass": trained}):
         rows = _rows(head_dynamics.FIGURE, stored)
-        assert len(rows) == 9 and {p.verdict() for p in rows.values()} == {"not measured"}
+        assert len(rows) == 10 and {p.verdict() for p in rows.values()} == {"not measured"}
 
 
 def _regression_part(starts_measured: list[float]) -> dict:

@@ -1,0 +1,138 @@
+"""The linearised split (theory.incremental.splitting) against the update rules it comes from, and
+the head-splitting rate and split step of the minimal transformer
+(simulate.incremental.plateau_splitting) on a tiny run."""
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulate.incremental.markov_training import MarkovTrainConfig
+from simulate.incremental.plateau_splitting import (
+    SplittingRate,
+    predicted_split,
+    splitting_rates,
+    symmetric_copy,
+)
+from theory.incremental.splitting import characteristic_polynomial, splitting_rate, z
+from theory.validation import ConfigError
+
+
+def _iterate(mu: float, beta: float, decay: float, momentum: str, steps: int) -> float:
+    """Growth per step of the split under the update rule itself: heads x_1 = -x_2 = delta on the
+    curvature -mu (lr = 1); AdamW's EMA momentum and decoupled decay, or optax's SGD trace. The
+    pair is rescaled each step (the map is linear) and the last 50 steps' growth averaged."""
+    delta, m, growth = 1.0, 0.0, 0.0
+    for t in range(steps):
+        g = -mu * delta  # the gradient of -mu delta^2 / 2
+        m = beta * m + (1 - beta) * g if momentum == "ema" else g + beta * m
+        delta = (1 - decay) * delta - m
+        if t >= steps - 50:
+            growth += math.log(abs(delta))
+        delta, m = delta / abs(delta), m / abs(delta)
+    return growth / 50
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    mu=st.floats(0.01, 1.0),
+    beta=st.floats(0.0, 0.95),
+    decay=st.floats(0.0, 0.005),
+    momentum=st.sampled_from(["ema", "heavy_ball"]),
+)
+def test_splitting_rate_is_the_growth_of_the_update_rule(mu, beta, decay, momentum):
+    decay = decay if momentum == "ema" else 0.0
+    # long enough for the slower root to have died out against the growing one
+    assert splitting_rate(mu, beta, decay, momentum) == pytest.approx(
+        _iterate(mu, beta, decay, momentum, 2000), rel=1e-6
+    )
+
+
+def test_without_momentum_both_kinds_are_gradient_descent():
+    for momentum in ("ema", "heavy_ball"):
+        assert splitting_rate(0.3, 0.0, 0.0, momentum) == pytest.approx(math.log(1.3))
+        assert sp.degree(characteristic_polynomial(momentum), z) == 2
+
+
+def test_heavy_ball_is_the_ema_with_the_step_over_one_minus_beta():
+    assert splitting_rate(0.02, 0.9, 0.0, "heavy_ball") == pytest.approx(
+        splitting_rate(0.2, 0.9, 0.0, "ema")
+    )
+
+
+def test_momentum_slows_a_fast_split_and_leaves_a_slow_one():
+    # the EMA lags a mode that grows within its memory, and hardly one that grows slowly
+    assert splitting_rate(0.1, 0.9) < 0.7 * splitting_rate(0.1, 0.0)
+    assert splitting_rate(1e-4, 0.9) == pytest.approx(splitting_rate(1e-4, 0.0), rel=1e-2)
+
+
+@pytest.mark.parametrize(
+    "field,kwargs",
+    [
+        ("mu", {"mu_": -0.1}),
+        ("beta", {"beta_": 1.0}),
+        ("momentum", {"momentum": "nesterov"}),
+        ("decay", {"decay": 0.01, "momentum": "heavy_ball"}),
+    ],
+)
+def test_bad_rate_input(field, kwargs):
+    args = {"mu_": 0.1, "beta_": 0.9, **kwargs}
+    with pytest.raises(ConfigError) as err:
+        splitting_rate(**args)
+    assert err.value.field == field
+
+
+def _rate(step: int, rate: float, a0: float, split: float) -> SplittingRate:
+    return SplittingRate(step, -1.0, 0.1, rate, 1.0, a0, split)
+
+
+def test_predicted_split_integrates_the_rate_to_the_split_amplitude():
+    # ln a grows by 0.05 per step from ln 1e-6 until ln 1e-1: 11.51 / 0.05 = 230 steps
+    rates = [_rate(s, 0.05, 1e-6, 1e-1) for s in (100, 200, 300)]
+    assert predicted_split(rates) == pytest.approx(math.log(1e5) / 0.05)
+    # a faster rate from step 101 on: 5 + 0.075 (trapezoid over 100-101) + 0.1 (t - 101)
+    rates = [_rate(100, 0.05, 1e-6, 1e-1), _rate(101, 0.1, 1e-6, 1e-1)]
+    rates.append(_rate(400, 0.1, 1e-6, 1e-1))
+    assert predicted_split(rates) == pytest.approx(101 + (math.log(1e5) - 5.075) / 0.1)
+    assert np.isnan(predicted_split(rates[:1]))  # not reached by step 100
+
+
+TINY = MarkovTrainConfig(
+    vocab=6, blocks=(1, 1), generated=4, heads=2, batch=64, validation=64, steps=40, chunk=20
+)
+
+
+def test_symmetric_copy_has_identical_heads():
+    twin = symmetric_copy(TINY)
+    assert twin.query_scale == 0.0 and twin.precision == "float64" and twin.seeds == 1
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_rate_on_a_tiny_run_is_that_of_its_own_eigenvalue(optimizer):
+    cfg = MarkovTrainConfig(**{**TINY.__dict__, "optimizer": optimizer})
+    (at,) = splitting_rates(cfg, [30], probe=256, tol=1e-6)
+    assert at.step == 30 and math.isfinite(at.eigenvalue) and math.isfinite(at.loss)
+    assert at.mu == pytest.approx(-cfg.learning_rate * at.eigenvalue)
+    assert at.initial_amplitude > 0 and at.split_amplitude > 0
+    if at.mu > 0:
+        if optimizer == "adamw":
+            want = splitting_rate(at.mu, cfg.beta1, cfg.learning_rate * cfg.weight_decay)
+        else:
+            want = splitting_rate(at.mu, cfg.momentum, 0.0, "heavy_ball")
+        assert at.rate == pytest.approx(want)
+    else:
+        assert np.isnan(at.rate)
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [({"heads": 1}, "heads"), ({"layers": 2}, "layers"), ({"model": "full", "heads": 3}, "model")],
+)
+def test_rate_needs_the_one_layer_minimal_model_and_heads_to_split(change, field):
+    cfg = MarkovTrainConfig(**{**TINY.__dict__, **change})
+    with pytest.raises(ConfigError) as err:
+        splitting_rates(cfg, [10])
+    assert err.value.field == field
