@@ -41,7 +41,13 @@ from simulate.incremental.markov_training import (
     ladder_steps,
     train_baselines,
 )
-from simulate.incremental.plateau_splitting import MEASURED_RATE_RULE, RATE_RULE, splitting_rates
+from simulate.incremental.plateau_splitting import (
+    MEASURED_RATE_RULE,
+    RATE_RULE,
+    SPLIT_MARGIN,
+    measured_rate,
+    splitting_rates,
+)
 from simulate.incremental.training_stages import duration_ratio
 from simulate.measure.stages import measured_plateaus
 from simulate.runner import RunOutput
@@ -149,17 +155,6 @@ def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset,
     return data, summary
 
 
-def measured_rate(steps, asymmetry, t_1: float, t_split: float) -> tuple[float, list[float]]:
-    """The slope of ln(head asymmetry) over the logged steps of ``MEASURED_RATE_RULE``'s window,
-    and the window; nan with fewer than 3 logged steps in it (or no split)."""
-    lo, hi = 0.5 * (t_1 + t_split), t_split - SPLIT_MARGIN
-    steps, asymmetry = np.asarray(steps, float), np.asarray(asymmetry, float)
-    inside = (steps >= lo) & (steps <= hi)
-    if not (math.isfinite(t_1) and math.isfinite(t_split)) or inside.sum() < 3:
-        return float("nan"), [lo, hi]
-    return float(np.polyfit(steps[inside], np.log(asymmetry[inside]), 1)[0]), [lo, hi]
-
-
 def splitting_summary(
     cfg: MarkovTrainConfig, steps, asymmetry, t_1: float, summary_run: dict
 ) -> dict:
@@ -183,8 +178,6 @@ def splitting_summary(
     }
 
 
-SPLIT_MARGIN = 50
-"""steps before the head split left out of the measured window: the split saturates there."""
 RATE_TOLERANCE = 0.25
 """relative: issue 17's target for AdamW stage durations (a duration's q-dependent part is
 ln(1/q) / r)."""

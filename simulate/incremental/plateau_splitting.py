@@ -35,6 +35,7 @@ from simulate.incremental.markov_training import (
     log_probs,
     markov_data,
     optimizer,
+    positional_part,
     problem,
 )
 from simulate.incremental.minimal_transformer import MinimalTransformer
@@ -54,16 +55,29 @@ RATE_RULE = (
     "r = ln z, z the larger root of z^2 - (1 - lr wd + beta1 + mu (1 - beta1)) z + beta1 (1 - lr "
     "wd) (AdamW) or z^2 - (1 + beta + mu) z + beta (SGD, momentum beta; GD: beta = 0)"
 )
+SPLIT_MARGIN = 50
+"""steps before the head split left out of the measured window: the split saturates there."""
 MEASURED_RATE_RULE = (
     "measured: least-squares slope of ln(head asymmetry) (max over head pairs of ||W_Q^h - "
     "W_Q^h'||_F) against the step over the logged steps from the middle of the plateau, "
-    "(t_1 + t_split) / 2, to 50 steps before the head split t_split"
+    f"(t_1 + t_split) / 2, to {SPLIT_MARGIN} steps before the head split t_split"
 )
+
+
+def measured_rate(steps, asymmetry, t_1: float, t_split: float) -> tuple[float, list[float]]:
+    """The slope of ln(head asymmetry) over the logged steps of ``MEASURED_RATE_RULE``'s window,
+    and the window; nan with fewer than 3 logged steps in it (or no split)."""
+    lo, hi = 0.5 * (t_1 + t_split), t_split - SPLIT_MARGIN
+    steps, asymmetry = np.asarray(steps, float), np.asarray(asymmetry, float)
+    inside = (steps >= lo) & (steps <= hi)
+    if not (math.isfinite(t_1) and math.isfinite(t_split)) or inside.sum() < 3:
+        return float("nan"), [lo, hi]
+    return float(np.polyfit(steps[inside], np.log(asymmetry[inside]), 1)[0]), [lo, hi]
 
 
 @dataclass(frozen=True)
 class SplittingRate:
-    """The head-splitting growth of AdamW at one step of the symmetric plateau."""
+    """The head-splitting growth of the run's optimizer at one step of the symmetric plateau."""
 
     step: int
     """step of the symmetric copy at which the Hessian and the preconditioner are read."""
@@ -72,7 +86,8 @@ class SplittingRate:
     mu: float
     """-lr x eigenvalue: growth per step of preconditioned gradient descent."""
     rate: float
-    """r = ln z per step, with AdamW's momentum and decay (theory.incremental.adam)."""
+    """r = ln z per step, with the optimizer's momentum and decay
+    (theory.incremental.splitting)."""
     loss: float
     """the symmetric copy's cross-entropy on the probe sequences at that step."""
     initial_amplitude: float
@@ -192,8 +207,14 @@ def _rates_along(cfg: MarkovTrainConfig, steps: ArrayLike, probe: int, tol: floa
                     for p, mv in ((pre.WQ, moved.WQ), (pre.WV, moved.WV))
                 ]
             )
-        else:
-            root = np.ones(2 * D * D)
+        else:  # P = I on the entries the optimizer trains
+            ones = eqx.tree_at(
+                lambda m: (m.WQ, m.WV), model, (jnp.ones_like(model.WQ), jnp.ones_like(model.WV))
+            )
+            trained = positional_part(ones) if cfg.attention == "positional" else ones
+            root = np.concatenate(
+                [np.asarray(trained.WQ[0]).ravel(), np.asarray(trained.WV[0]).ravel()]
+            )
 
         def matvec(y, model=model, root=root, D=D):
             y = np.asarray(y).ravel() * root

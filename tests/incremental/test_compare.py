@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from figures.cli import main
-from figures.incremental.compare_cross_entropy import SPLIT_MARGIN, measured_rate
+from simulate.incremental.plateau_splitting import SPLIT_MARGIN, measured_rate
 from simulate.incremental.training_stages import duration_ratio
 from simulate.store import read_summary
 
