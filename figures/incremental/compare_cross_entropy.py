@@ -1,12 +1,12 @@
 """Predicted against measured stages for cross-entropy training on the Markov chain with AdamW (spec
 incremental.md §5.8, §7; issue 4 item 5).
 
-AdamW has no time map to the reduced flow, so this comparison is of orders, levels and ratios only:
+AdamW has no time map to the reduced flow, so this comparison is of orders, levels, ratios and a
+rate:
 - order: the ladder of ``theory.incremental.heads.HeadSystem.ladder`` (blocks by importance)
   against the order in which the trained model's closest learned c-gram baseline (in KL) moves
-  through the classes (the
-  truncated teachers drop the weaker blocks instead of marginalising them and are poor yardsticks
-  at small d, spec §2.3);
+  through the classes (the truncated teachers drop the weaker blocks instead of marginalising
+  them and are poor yardsticks at small d, spec §2.3);
 - levels: stage k's plateau is the best loss of class k (``H_k`` uses lags I(1..k)): the learned
   c_k-gram baseline's validation loss for k < h, the true teacher's (the Bayes loss) for k = h; set
   beside the measured plateau of the training curve;

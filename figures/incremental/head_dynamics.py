@@ -190,7 +190,8 @@ def plot(data: xr.Dataset, summary: dict):
     predicted = float(summary["heads_split_step_predicted"])
     for ax in axes.ravel():
         ax.axvline(split, color="tab:red", ls=":", lw=1)
-        ax.axvline(predicted, color="tab:purple", ls="-.", lw=1)
+        if np.isfinite(predicted):  # nan: not split by the end of the prediction's grid
+            ax.axvline(predicted, color="tab:purple", ls="-.", lw=1)
         ax.set_xlim(0, steps[-1])
     axes[0, 0].plot([], [], "k--", lw=1, label="reduced ODE, time x derived AdamW factor")
     axes[0, 0].plot([], [], color="tab:red", ls=":", label="heads split (training)")
