@@ -45,6 +45,9 @@ from theory.validation import require
 
 ADAM_EPS = 1e-8
 """eps of ``optax.adamw``'s default, which the markov trainer uses."""
+LANCZOS_TOL = 1e-2
+"""relative accuracy asked of the eigenvalue: 1%, far inside what the linearisation misses by;
+the head-dynamics quick split is 354.1 steps with it as with 1e-4, in 74 s instead of 105 s."""
 PROBE_KEY = 7
 """key of the sequences the Hessian is averaged over (drawn from the run's teacher)."""
 RATE_RULE = (
@@ -144,7 +147,7 @@ def _preconditioner(state: Any, beta2: float):
 
 
 def splitting_rates(
-    cfg: MarkovTrainConfig, steps: ArrayLike, probe: int = 2048, tol: float = 1e-4
+    cfg: MarkovTrainConfig, steps: ArrayLike, probe: int = 2048, tol: float = LANCZOS_TOL
 ) -> list[SplittingRate]:
     """``SplittingRate`` at each of ``steps`` (ascending) of the symmetric copy of ``cfg``."""
     return list(_rates_along(cfg, steps, probe, tol))
@@ -273,7 +276,10 @@ SPLIT_PREDICTION_RULE = (
 
 
 def predict_split(
-    cfg: MarkovTrainConfig, grid: ArrayLike = SPLIT_GRID, probe: int = 2048, tol: float = 1e-4
+    cfg: MarkovTrainConfig,
+    grid: ArrayLike = SPLIT_GRID,
+    probe: int = 2048,
+    tol: float = LANCZOS_TOL,
 ) -> tuple[float, list[SplittingRate]]:
     """The a-priori head-split step of ``cfg`` (``SPLIT_PREDICTION_RULE``) and the rates it read:
     the twin trains along ``grid`` (up to ``cfg.steps``) only until the split is reached."""
