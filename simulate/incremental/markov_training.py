@@ -566,9 +566,11 @@ LADDER_RULE = (
     "ladder step k (k >= 2): first logged step from which on the truncated teacher "
     "closest in KL is A*_{1:j} with j >= k (the trajectory has left classes < k)"
 )
+SPLIT_MASS = 0.1
+"""block-mass difference above which two heads count as split."""
 SPLIT_RULE = (
     "first logged step at which two heads' block masses (last query, first layer) "
-    "differ by more than 0.1"
+    f"differ by more than {SPLIT_MASS}"
 )
 STAGE_RULE = (
     "stage k starts at the first logged step where the validation loss falls below the "
@@ -596,7 +598,7 @@ def split_step(steps: ArrayLike, block_mass: ArrayLike) -> float:
     if block_mass.ndim == 4:
         block_mass = block_mass[:, 0]
     spread = np.max(block_mass, axis=1) - np.min(block_mass, axis=1)
-    hit = np.nonzero(np.max(spread, axis=-1) > 0.1)[0]
+    hit = np.nonzero(np.max(spread, axis=-1) > SPLIT_MASS)[0]
     return float(steps[hit[0]]) if hit.size else float("nan")
 
 

@@ -29,6 +29,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 
 from simulate.incremental.markov_task import sample_sequences
 from simulate.incremental.markov_training import (
+    SPLIT_MASS,
     MarkovTrainConfig,
     _nll,
     build_model,
@@ -39,6 +40,7 @@ from simulate.incremental.markov_training import (
     problem,
 )
 from simulate.incremental.minimal_transformer import MinimalTransformer
+from simulate.measure.fits import linear_slope
 from simulate.train import seed_streams
 from theory.incremental.splitting import splitting_rate
 from theory.validation import require
@@ -75,7 +77,7 @@ def measured_rate(steps, asymmetry, t_1: float, t_split: float) -> tuple[float, 
     inside = (steps >= lo) & (steps <= hi)
     if not (math.isfinite(t_1) and math.isfinite(t_split)) or inside.sum() < 3:
         return float("nan"), [lo, hi]
-    return float(np.polyfit(steps[inside], np.log(asymmetry[inside]), 1)[0]), [lo, hi]
+    return linear_slope(steps[inside], np.log(asymmetry[inside])), [lo, hi]
 
 
 @dataclass(frozen=True)
@@ -91,17 +93,11 @@ class SplittingRate:
     rate: float
     """r = ln z per step, with the optimizer's momentum and decay
     (theory.incremental.splitting)."""
-    loss: float
-    """the symmetric copy's cross-entropy on the probe sequences at that step."""
     initial_amplitude: float
     """|c_0|: the run's own initial head difference (heads 1 and 2) along this direction."""
     split_amplitude: float
     """the amplitude along this direction at which the last query's block masses of heads 1
     and 2 differ by ``SPLIT_MASS`` (first order)."""
-
-
-SPLIT_MASS = 0.1
-"""block-mass difference at which heads count as split (``markov_training.SPLIT_RULE``)."""
 
 
 def symmetric_copy(cfg: MarkovTrainConfig) -> MarkovTrainConfig:
@@ -111,7 +107,9 @@ def symmetric_copy(cfg: MarkovTrainConfig) -> MarkovTrainConfig:
 
 def _states_at(cfg: MarkovTrainConfig, steps: list[int]):
     """Parameters and optimizer state of ``cfg`` (one seed) at each of ``steps``, one scan per
-    stretch between them."""
+    stretch between them: the trainer's step on the same data keys, without its logging and
+    divergence checks (``simulate.train`` keeps only the last state of a run, and the twin's is
+    needed at every step asked)."""
     prob, opt = problem(cfg), optimizer(cfg)
     keys = seed_streams([cfg.seed])
     params = prob.init(keys["init"][0], keys["noise"][0])
@@ -170,7 +168,6 @@ def _rates_along(cfg: MarkovTrainConfig, steps: ArrayLike, probe: int, tol: floa
     task, w = data.task, data.task.window
     seqs = sample_sequences(task, data.A, jax.random.PRNGKey(PROBE_KEY), probe)
     grad = jax.jit(jax.grad(lambda m: _nll(log_probs(m, task, seqs), seqs[:, w:])))
-    loss = jax.jit(lambda m: _nll(log_probs(m, task, seqs), seqs[:, w:]))
     split = jnp.zeros(cfg.heads).at[0].set(1).at[1].set(-1) / math.sqrt(2)
     lr = cfg.learning_rate
     mass = problem(twin, data).observe
@@ -251,7 +248,6 @@ def _rates_along(cfg: MarkovTrainConfig, steps: ArrayLike, probe: int, tol: floa
             eigenvalue,
             mu,
             rate,
-            float(loss(model)),
             amplitude,
             SPLIT_MASS / float(np.max(np.abs(response))),
         )
