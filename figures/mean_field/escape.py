@@ -22,7 +22,7 @@ from figures.core.figure import Figure
 from figures.core.options import Flat
 from figures.core.output import format_table
 from figures.core.verdicts import Prediction
-from figures.mean_field.common import QUICK, TrainedFigureOptions, train
+from figures.mean_field.common import QUICK, TrainedFigureOptions, train_all
 from simulate.mean_field.training import MeanFieldConfig, escape, mean_linear_response
 from simulate.measure.fits import loglog_slope_last_two
 from theory.mean_field.energy import lq_width, validate_beta, validate_kernel, validate_tau
@@ -73,9 +73,11 @@ def compute(cfg: EscapeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     cases = cfg.cases()
     esc, esc_std, held, width, grams, kappas, e2_0 = [], [], [], [], [], [], []
     per_case = {}
-    for beta, tau in cases:
-        training = cfg.training(beta=beta, tau=tau)
-        ds, train_summary = train(cfg, training, run_dir, f"beta{beta:g}_tau{tau:g}")
+    trainings = [cfg.training(beta=beta, tau=tau) for beta, tau in cases]
+    trained = train_all(
+        cfg, [(t, f"beta{b:g}_tau{tau:g}") for t, (b, tau) in zip(trainings, cases)], run_dir
+    )
+    for (beta, tau), training, (ds, train_summary) in zip(cases, trainings, trained, strict=True):
         e = escape(ds).isel(step=-1)
         h = escape(ds, heldout=True).isel(step=-1)
         lr = mean_linear_response(training)
