@@ -63,6 +63,10 @@ SOURCE_OPTIONS = {
 """the options only one source reads (set away from its default with the other, an error)."""
 
 
+ADAM_EPS = 1e-8
+"""Adam's default eps (optax's)."""
+
+
 @dataclass(frozen=True)
 class FocusDilutionConfig(RunOptions):
     """One-layer attention model (spec §3.2) on sampled Markov sequences or on real text."""
@@ -93,6 +97,9 @@ class FocusDilutionConfig(RunOptions):
     """gd: plain gradient descent (time = steps x lr); adam: Adam (no time map)."""
     lr: float = 0.05
     """learning rate (gd: the time step of the discretised flow)."""
+    adam_eps: float = ADAM_EPS
+    """Adam's eps, added to sqrt(v_hat) (optax's default; adam only): when it dominates
+    sqrt(v_hat), Adam is gradient descent with step lr / eps."""
     validation: int = 1024
     """validation sequences (markov) or windows (text), fixed, drawn once."""
     data_seed: int = 0
@@ -163,6 +170,18 @@ class FocusDilutionConfig(RunOptions):
         require(0 < self.init_scale < 1, "init_scale", self.init_scale, "eps in (0, 1)")
         require(self.optimizer in ("gd", "adam"), "optimizer", self.optimizer, "gd or adam")
         require(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a learning rate > 0")
+        require(
+            math.isfinite(self.adam_eps) and self.adam_eps > 0,
+            "adam_eps",
+            self.adam_eps,
+            "a finite value > 0",
+        )
+        require(
+            self.optimizer == "adam" or self.adam_eps == ADAM_EPS,
+            "adam_eps",
+            self.adam_eps,
+            f"its default {ADAM_EPS:g} with optimizer gd (it applies to adam only)",
+        )
         require(self.validation >= 1, "validation", self.validation, "an integer >= 1")
         require(self.vocab >= 2, "vocab", self.vocab, "at least 2 types")
         require(self.probe >= 1, "probe", self.probe, "an integer >= 1")
@@ -300,7 +319,7 @@ def text_data(cfg: FocusDilutionConfig) -> TextData:
 
 # --- the experiment ------------------------------------------------------------------------------
 def optimizer(cfg: FocusDilutionConfig):
-    return optax.sgd(cfg.lr) if cfg.optimizer == "gd" else optax.adam(cfg.lr)
+    return optax.sgd(cfg.lr) if cfg.optimizer == "gd" else optax.adam(cfg.lr, eps=cfg.adam_eps)
 
 
 def _entropy(p, axis=-1):

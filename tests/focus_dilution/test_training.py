@@ -124,3 +124,20 @@ def test_bad_training_config_fails_with_one_line():
         training.FocusDilutionConfig(pi=(0.5, 0.6))
     with pytest.raises(ConfigError, match="text"):
         training.FocusDilutionConfig(source="text", text="/no/such/file.txt")
+
+
+def test_adam_eps_reaches_the_optimizer_and_is_adam_only():
+    """Adam's first step is -lr g / (|g| + eps): with the default eps about -lr sign(g), with
+    eps >> |g| gradient descent with step lr / eps."""
+    params = {"w": jnp.zeros(2)}
+    g = np.array([1e-3, -2e-3])
+    for eps in (training.ADAM_EPS, 1.0):
+        cfg = training.FocusDilutionConfig(optimizer="adam", lr=3e-3, adam_eps=eps)
+        opt = training.optimizer(cfg)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
+            step = opt.update({"w": jnp.asarray(g)}, opt.init(params), params)[0]["w"]
+        np.testing.assert_allclose(step, -3e-3 * g / (np.abs(g) + eps), rtol=1e-6)
+    with pytest.raises(ConfigError, match="adam_eps"):
+        training.FocusDilutionConfig(optimizer="adam", adam_eps=0.0)
+    with pytest.raises(ConfigError, match="adam_eps"):
+        training.FocusDilutionConfig(adam_eps=1e-3)  # gd has no eps
