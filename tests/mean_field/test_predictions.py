@@ -86,6 +86,11 @@ def _train(options, cfg: MeanFieldConfig, run_dir, name: str = "training"):
     return ds, summarize(cfg, ds)
 
 
+def _train_all(options, runs, run_dir):
+    """Stand-in for ``figures.mean_field.common.train_all``."""
+    return [_train(options, cfg, run_dir, name) for cfg, name in runs]
+
+
 def _linear_response(cfg: MeanFieldConfig) -> dict:
     return {
         "gradient_norm": np.exp(-KAPPA * (cfg.depth - cfg.bin_centres())),
@@ -99,7 +104,9 @@ def quick_summary(monkeypatch, tmp_path):
     """``summary(module)``: the summary of the module's compute at --quick on synthetic flows."""
 
     def summary(module) -> dict:
-        monkeypatch.setattr(module, "train", _train)
+        for name, stand_in in (("train", _train), ("train_all", _train_all)):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, stand_in)
         if hasattr(module, "mean_linear_response"):
             monkeypatch.setattr(module, "mean_linear_response", _linear_response)
         cfg = module.FIGURE.config(quick=True, quiet=True, out=tmp_path)
