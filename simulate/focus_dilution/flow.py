@@ -82,17 +82,45 @@ def _cosine(a, b):
     return jnp.sum(a * b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b) + 1e-300)
 
 
+# jaxlib's LAPACK SVD of a batch (vmapped seeds) splits it over XLA:CPU's intra-op thread pool
+# and with 16-32 seeds intermittently never returns (gdb: both pool threads in ParallelBatchMap of
+# lapack_dgesdd_ffi, waiting on each other's queued work); under vmap these two call it on one
+# matrix at a time (lax.map), which the observables' few small matrices can afford.
+@jax.custom_batching.custom_vmap
+def singular_values(x: jax.Array) -> jax.Array:
+    """Singular values of ``x``, largest first."""
+    return jnp.linalg.svd(x, compute_uv=False)
+
+
+@singular_values.def_vmap
+def _singular_values_mapped(axis_size, in_batched, x):
+    del axis_size, in_batched
+    return jax.lax.map(singular_values, x), True
+
+
+@jax.custom_batching.custom_vmap
+def left_singular_vectors(x: jax.Array) -> jax.Array:
+    """``U`` of the thin SVD ``x = U S V^T``."""
+    return jnp.linalg.svd(x, full_matrices=False)[0]
+
+
+@left_singular_vectors.def_vmap
+def _left_singular_vectors_mapped(axis_size, in_batched, x):
+    del axis_size, in_batched
+    return jax.lax.map(left_singular_vectors, x), True
+
+
 def observables(params: Parameters, pi, P, qk_scale: float = 1.0) -> dict:
     """Spec §6 at one parameter point (``h`` = the most frequent token)."""
     W0, WQ, WK, W1 = params
     M, Phi = maps(params, qk_scale)
     A = jax.nn.softmax(jnp.log(pi)[None, :] + Phi, axis=-1)
     h = jnp.argmax(pi)
-    U, _, _ = jnp.linalg.svd(W0, full_matrices=False)
+    U = left_singular_vectors(W0)
 
     def top(X):
         # zero-padded when a matrix has fewer than N_SINGULAR singular values
-        sv = jnp.linalg.svd(X, compute_uv=False)[:N_SINGULAR]
+        sv = singular_values(X)[:N_SINGULAR]
         return jnp.zeros(N_SINGULAR, sv.dtype).at[: sv.size].set(sv)
 
     grads = jax.grad(population_loss)(params, pi, P, qk_scale)

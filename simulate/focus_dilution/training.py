@@ -37,7 +37,12 @@ import numpy as np
 import optax
 import xarray as xr
 
-from simulate.focus_dilution.flow import OBS_DIMS, initial_parameters, observables
+from simulate.focus_dilution.flow import (
+    OBS_DIMS,
+    initial_parameters,
+    observables,
+    singular_values,
+)
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.text_corpus import Corpus, check_text_file, load_corpus, tokenize
 from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
@@ -431,8 +436,8 @@ def text_problem(cfg: FocusDilutionConfig, data: TextData) -> Problem:
             "loss": next_token_loss(params, data.validation, cfg.qk_scale),
             "key_mass": mass,
             "key_entropy": ent,
-            "sv_W0": jnp.linalg.svd(W0, compute_uv=False)[:3],
-            "sv_WQK": jnp.linalg.svd(WQ @ WK.T, compute_uv=False)[:3],
+            "sv_W0": singular_values(W0)[:3],
+            "sv_WQK": singular_values(WQ @ WK.T)[:3],
         }
 
     dims = {

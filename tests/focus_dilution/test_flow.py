@@ -15,9 +15,11 @@ from scipy.integrate import solve_ivp
 from simulate.focus_dilution.flow import (
     flow_field,
     initial_batch,
+    left_singular_vectors,
     manifold_field,
     manifold_trajectory,
     population_loss,
+    singular_values,
     solve_flow,
     stage_four_point,
     time_grid,
@@ -191,3 +193,21 @@ def test_delta_zero_flow_stalls_on_the_manifold_and_delta_escapes_at_mu_iv():
     assert np.isnan(run_onsets(data.isel(run=[0]))[0, 3])  # no Stage IV
     escape = measured_rates(data.isel(run=1), float(second_critical_point(runs[1][0]).g))
     assert escape["mu_IV"] == pytest.approx(runs[1][2].rate, rel=0.05)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_vmapped_svds_are_lapacks_called_on_one_matrix_at_a_time(seed):
+    """Under vmap (seeds) the observables' SVDs equal numpy's per matrix, and the compiled program
+    hands LAPACK single matrices, not the batch (whose pooled batch split can hang)."""
+    x = np.random.default_rng(seed).normal(size=(5, 4, 6))
+    values = jax.jit(jax.vmap(singular_values))
+    vectors = jax.jit(jax.vmap(left_singular_vectors))
+    np.testing.assert_allclose(values(x), np.linalg.svd(x, compute_uv=False), rtol=1e-12)
+    U = np.asarray(vectors(x))
+    np.testing.assert_allclose(
+        np.abs(U), np.abs(np.linalg.svd(x, full_matrices=False)[0]), atol=1e-12
+    )
+    for f in (values, vectors):
+        calls = [line for line in f.lower(x).as_text().splitlines() if "gesdd" in line]
+        assert calls and all("tensor<4x6xf64>" in line for line in calls), calls
