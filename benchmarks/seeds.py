@@ -5,7 +5,10 @@ separate runs)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+
+import jax
 
 from benchmarks.clustering_epochs import epochs_per_second
 from benchmarks.emergence_steps import steps_per_second
@@ -103,13 +106,22 @@ def measure(mode: str) -> list[Row]:
         fn, steps, setting = TRAINERS[name]
         one = None
         for n in SEED_COUNTS[mode]:
-            steps_per_s, compile_s = fn(n, steps)
+            label = f"{name}, {n} seed{'s' if n > 1 else ''} ({setting}), {steps} steps"
+            try:
+                steps_per_s, compile_s = fn(n, steps)
+            except jax.errors.JaxRuntimeError as error:
+                if "RESOURCE_EXHAUSTED" not in str(error):
+                    raise
+                # more seeds need more memory still: the trainer's row ends here, the table goes on
+                message = str(error).splitlines()[0]
+                rows.append(Row("seed scaling", label, math.nan, "seed-steps/s", note=message))
+                break
             throughput = n * steps_per_s
             one = throughput if n == 1 else one
             rows.append(
                 Row(
                     "seed scaling",
-                    f"{name}, {n} seed{'s' if n > 1 else ''} ({setting}), {steps} steps",
+                    label,
                     throughput,
                     "seed-steps/s",
                     None if n == 1 else one,

@@ -82,3 +82,32 @@ def test_quick_ode_benchmark_writes_the_ode_rows_with_scipy_baseline_and_agreeme
         assert "(agree)" in r["note"]  # both solvers reach the same state at t_end
     assert all(r["value"] > 0 and r["baseline"] is None for r in compiles)
     assert "head ODE vs scipy RK45" in proc.stdout  # the table is printed too
+
+
+def test_seed_scaling_records_running_out_of_memory_and_goes_on(monkeypatch):
+    """A seed count that exhausts memory ends its trainer's rows with a nan row saying so; the
+    next trainer is still measured (the full run used to stop at mean-field's 32 seeds)."""
+    from benchmarks import seeds
+
+    def hungry(n, steps):
+        if n >= 8:
+            raise jax.errors.JaxRuntimeError(
+                "RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes."
+            )
+        return 10.0, 0.5
+
+    def fine(n, steps):
+        return 10.0 / n, 0.5
+
+    monkeypatch.setattr(seeds, "TRAINERS", {"hungry": (hungry, 2, "a"), "fine": (fine, 2, "b")})
+    rows = seeds.measure("full")
+    assert [r.setting.split(",")[0] for r in rows] == ["hungry", "hungry", "fine", "fine", "fine"]
+    assert math.isnan(rows[1].value) and "RESOURCE_EXHAUSTED" in rows[1].note
+    assert [r.value for r in rows[2:]] == [10.0, 10.0, 10.0]
+
+    def broken(n, steps):
+        raise jax.errors.JaxRuntimeError("INTERNAL: something else")
+
+    monkeypatch.setattr(seeds, "TRAINERS", {"broken": (broken, 2, "c")})
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        seeds.measure("full")
