@@ -27,6 +27,7 @@ from figures.core.options import FigureOptions, Flat
 from figures.core.output import stage_table
 from figures.core.verdicts import Prediction
 from figures.incremental import compare_cross_entropy, compare_regression
+from simulate.incremental.markov_training import baseline_jobs
 from simulate.incremental.regression_training import RegressionConfig
 from simulate.runner import Seeds
 from simulate.side_by_side import run_side_by_side
@@ -57,17 +58,27 @@ class CompareConfig(FigureOptions):
 
 
 def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
-    # the three rows are independent: side by side, one per CPU device, the longest (the markov
-    # row with its baselines) first
+    # Independent work side by side, one job per CPU device, in two rounds: the markov row's
+    # student logs its KL to the learned c-gram baselines, so they train first, beside the
+    # reduced system's predictions (which need the config only); then the student with its
+    # splitting analysis, the longest job, beside the two regression rows.
+    markov = compare_cross_entropy.markov_config(cfg.quick, cfg.flow.seed)
+    baselines, jobs = baseline_jobs(markov, run_dir / "markov" / "baselines", quiet=cfg.quiet)
+    # the prediction (about as long as a baseline) goes in after the first two baselines, which
+    # are the longest, so that both devices finish the round at about the same time
+    at = min(2, len(jobs))
+    predict = partial(compare_cross_entropy.reduced_predictions, markov)
+    reduced = run_side_by_side([*jobs[:at], predict, *jobs[at:]])[at]
     attentions = ("positional", "full")
-    markov, *regression = run_side_by_side(
+    ce, *regression = run_side_by_side(
         [
             partial(
                 compare_cross_entropy.compare,
                 run_dir / "markov",
-                cfg.quick,
-                cfg.flow.seed,
+                markov,
                 cfg.quiet,
+                baselines,
+                reduced,
             ),
             *(
                 partial(
@@ -84,8 +95,8 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     for attention, (data, part) in zip(attentions, regression, strict=True):
         pieces.append(data.rename(seed=f"{attention}_seed"))
         summary[f"regression_{attention}"] = part
-    pieces.append(markov[0])
-    summary["cross_entropy"] = markov[1]
+    pieces.append(ce[0])
+    summary["cross_entropy"] = ce[1]
     return xr.merge(pieces), summary
 
 

@@ -23,7 +23,7 @@ levels (class 0: uniform prediction, ln d).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,6 @@ from simulate.incremental.markov_training import (
     STAGE_RULE,
     MarkovTrainConfig,
     ladder_steps,
-    train_baselines,
 )
 from simulate.incremental.plateau_splitting import (
     MEASURED_RATE_RULE,
@@ -70,9 +69,46 @@ def markov_config(quick: bool, seed: int) -> MarkovTrainConfig:
     return cfg
 
 
-def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset, dict]:
-    cfg = markov_config(quick, seed)
-    baselines = train_baselines(cfg, out / "baselines", quiet=quiet)
+@dataclass(frozen=True)
+class ReducedPrediction:
+    """The reduced system of ``cfg``'s task from the network's mapped initial logits, one
+    metric: its loss-midpoint crossing times and its loss on the save grid."""
+
+    crossings: np.ndarray
+    ts: np.ndarray
+    loss: np.ndarray
+
+
+def reduced_predictions(cfg: MarkovTrainConfig) -> dict[str, ReducedPrediction]:
+    """``ReducedPrediction`` under each metric; it needs ``cfg`` only, not the trained run."""
+    theta0 = mapped_logits(cfg)[None]
+    out = {}
+    for metric in METRICS:
+        setting = reduced_setting(cfg, metric)
+        t_max = 2e3 if metric == "replicator" else 2e5
+        ode = solve(
+            setting,
+            [0.0],
+            [cfg.seed],
+            t_max=t_max,
+            n_save=600,
+            theta0=theta0,
+            levels=plateau_levels(setting),
+        )
+        out[metric] = ReducedPrediction(ode.crossings[0], ode.ts, ode.loss[0])
+    return out
+
+
+def compare(
+    out: Path,
+    cfg: MarkovTrainConfig,
+    quiet: bool,
+    baselines: tuple[Path, ...],
+    reduced: dict[str, ReducedPrediction],
+) -> tuple[xr.Dataset, dict]:
+    """Train the student of ``cfg`` (``markov_config``) against its trained ``baselines``
+    (``markov_training.baseline_jobs``) and compare it with the ``reduced`` system
+    (``reduced_predictions``)."""
     cfg = replace(cfg, baselines=baselines)
     path = markov_training.run(cfg, RunOutput(out=out / "student", quiet=quiet))
     ds, _ = load(path)
@@ -89,22 +125,7 @@ def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset,
     splitting = splitting_summary(
         cfg, steps, run["head_asymmetry"].values, measured[0], summary_run
     )
-    predicted, ode_rows = {}, {}
-    theta0 = mapped_logits(cfg)[None]
-    for metric in METRICS:
-        setting = reduced_setting(cfg, metric)
-        t_max = 2e3 if metric == "replicator" else 2e5
-        ode = solve(
-            setting,
-            [0.0],
-            [cfg.seed],
-            t_max=t_max,
-            n_save=600,
-            theta0=theta0,
-            levels=plateau_levels(setting),
-        )
-        predicted[metric] = ode.crossings[0]
-        ode_rows[metric] = (ode.ts, ode.loss[0])
+    predicted = {m: reduced[m].crossings for m in METRICS}
     order_pred = [j + 1 for j in HeadSystem(reduced_setting(cfg, "logit")).ladder()]
     rows = []
     K = len(levels) - 1
@@ -128,13 +149,13 @@ def compare(out: Path, quick: bool, seed: int, quiet: bool) -> tuple[xr.Dataset,
             "ce_kl_yardstick": (("ce_step", "yardstick"), run["kl_yardstick"].values),
             "ce_kl_baseline": (("ce_step", "baseline"), run["kl_baseline"].values),
             "ce_head_asymmetry": (("ce_step",), run["head_asymmetry"].values),
-            **{f"ce_ode_loss_{m}": ((f"ce_time_{m}",), ode_rows[m][1]) for m in METRICS},
+            **{f"ce_ode_loss_{m}": ((f"ce_time_{m}",), reduced[m].loss) for m in METRICS},
         },
         coords={
             "ce_step": steps,
             "yardstick": run["yardstick"].values,
             "baseline": run["baseline"].values,
-            **{f"ce_time_{m}": ode_rows[m][0] for m in METRICS},
+            **{f"ce_time_{m}": reduced[m].ts for m in METRICS},
         },
     )
     summary = {

@@ -24,7 +24,6 @@ import numpy as np
 import optimistix as optx
 import sympy as sp
 from numpy.typing import ArrayLike
-from tqdm.auto import tqdm
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss
 from simulate.measure.stages import midpoints
@@ -67,46 +66,40 @@ def log_grid(t_max: float, n: int, t_min: float = 1e-2) -> np.ndarray:
     return np.concatenate([[0.0], np.geomspace(t_min, t_max, n - 1)])
 
 
-SPAN = 50
-"""save-grid intervals per compiled call: the progress bar moves between calls."""
-
-
 def _term(power: int, tied: int) -> diffrax.ODETerm:
     # args = (G, level): the level is read by the crossing events only
     return diffrax.ODETerm(lambda t, y, args: logit_field(args[0], y[0], y[1], power, tied))
 
 
-def _span_one(G, y, ts, *, power: int, tied: int):
-    """The state at each of ``ts[1:]`` from ``y`` at ``ts[0]``: one solve per interval, chained
-    by a scan. ``SaveAt(ts=...)`` would check its grid with a host callback, and a program with
-    a host callback is never written to the persistent compilation cache."""
-    term = _term(power, tied)
-    controller = diffrax.PIDController(rtol=RTOL, atol=ATOL)
+def _trajectory_one(G, y0, ts, *, power: int, tied: int, progress: bool):
+    """The state at each of ``ts`` (``ts[0]`` the start): one solve saving on the grid.
 
-    def interval(y, t01):
-        sol = diffrax.diffeqsolve(
-            term,
-            diffrax.Tsit5(),
-            t01[0],
-            t01[1],
-            None,
-            y,
-            args=(G, 0.0),
-            stepsize_controller=controller,
-            max_steps=MAX_STEPS,
-            throw=False,  # checked by the caller; raising would add a host callback
-        )
-        assert sol.ys is not None  # the default SaveAt(t1=True)
-        y1 = jax.tree_util.tree_map(lambda a: a[-1], sol.ys)
-        return y1, (y1, sol.result == diffrax.RESULTS.successful)
-
-    _, (ys, ok) = jax.lax.scan(interval, y, jnp.stack([ts[:-1], ts[1:]], -1))
-    return ys, jnp.all(ok)
+    diffrax checks a save grid with a host callback, so this program is never written to the
+    persistent compilation cache (tracing and compiling it cost about 2 s per process). One
+    solve per grid interval was cached, but it restarted the solver at every save: 0.24 s
+    against 0.075 s for the Fig. 10 trajectory (2000 saves, 1424 steps), 6.0 s against 2.4 s
+    for 64 seeds (``python -m benchmarks --only ode``)."""
+    sol = diffrax.diffeqsolve(
+        _term(power, tied),
+        diffrax.Tsit5(),
+        ts[0],
+        ts[-1],
+        None,
+        y0,
+        args=(G, 0.0),
+        stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
+        saveat=diffrax.SaveAt(ts=ts),
+        max_steps=MAX_STEPS,
+        throw=False,  # checked by the caller; raising would add another host callback
+        progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
+    )
+    return sol.ys, sol.result == diffrax.RESULTS.successful
 
 
-@partial(jax.jit, static_argnames=("power", "tied"))
-def _span_batch(G, y, ts, *, power, tied):
-    return jax.vmap(partial(_span_one, power=power, tied=tied), in_axes=(0, 0, None))(G, y, ts)
+@partial(jax.jit, static_argnames=("power", "tied", "progress"))
+def _trajectory_batch(G, y0, ts, *, power, tied, progress):
+    one = partial(_trajectory_one, power=power, tied=tied, progress=progress)
+    return jax.vmap(one, in_axes=(0, 0, None))(G, y0, ts)
 
 
 def _crossings_one(G, y0, levels, t_max, *, power: int, tied: int):
@@ -210,32 +203,15 @@ def solve(
     H = theta0.shape[1]
     y0 = (jnp.zeros((B, H, setting.h)), theta0)
     static = {"power": METRIC_POWER[setting.metric], "tied": setting.heads if symmetric else 1}
-    # the grid in spans of SPAN intervals, the last one padded with empty intervals at t_max
-    n_spans = -(-(len(grid) - 1) // SPAN)
-    padded = np.concatenate([grid, np.full(n_spans * SPAN + 1 - len(grid), grid[-1])])
-    spans = [jnp.asarray(padded[i * SPAN : (i + 1) * SPAN + 1]) for i in range(n_spans)]
     t0 = time.perf_counter()
-    span = _compiled(_span_batch, (G, y0, spans[0]), static)
+    trajectory = _compiled(_trajectory_batch, (G, y0, grid), {**static, "progress": progress})
     cross = _compiled(_crossings_batch, (G, y0, jnp.asarray(mids), float(t_max)), static)
     t1 = time.perf_counter()
     crossings = cross(G, y0, jnp.asarray(mids), float(t_max))
-    states, reached, y = [y0], [], y0
-    bar = tqdm(total=len(grid) - 1, disable=not progress, unit="save", dynamic_ncols=True)
-    for ts in spans:
-        ys, ok = span(G, y, ts)
-        y = jax.tree_util.tree_map(lambda a: a[:, -1], ys)
-        states.append(ys)
-        reached.append(ok)
-        bar.update(min(SPAN, len(grid) - 1 - bar.n))
-    bar.close()
-    crossings = jax.block_until_ready(crossings)
+    (v, theta), reached = trajectory(G, y0, grid)
+    # dispatch is asynchronous: the run ends when the trajectory and the crossings are computed
+    crossings, v, theta, reached = jax.block_until_ready((crossings, v, theta, reached))
     t2 = time.perf_counter()
-    v, theta = (
-        jnp.concatenate([states[0][k][:, None], *(s_[k] for s_ in states[1:])], axis=1)[
-            :, : len(grid)
-        ]
-        for k in (0, 1)
-    )
     require(
         bool(np.all(np.asarray(reached))),
         "t_max",

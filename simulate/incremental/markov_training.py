@@ -693,13 +693,13 @@ def _matches(path: Path, cfg: MarkovTrainConfig) -> bool:
     return status == "complete" and all(stored.get(k) == v for k, v in mine.items())
 
 
-def train_baselines(
+def baseline_jobs(
     cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None, quiet: bool = False
-) -> tuple[Path, ...]:
-    """Train the learned c-gram baselines of ``cfg``'s task (default c = c_1..c_h, the last the
-    full-window model) with ``cfg``'s settings, one seed each (side by side, one per CPU device),
-    into ``out/{c}-gram``; a directory already holding the complete run is reused. Returns the
-    run directories."""
+) -> tuple[tuple[Path, ...], list[Callable[[], Path]]]:
+    """The run directories ``out/{c}-gram`` of the learned c-gram baselines of ``cfg``'s task
+    (default c = c_1..c_h, the last the full-window model; ``cfg``'s settings, one seed each) and
+    the training jobs of those not already complete there (a caller may run them beside other
+    work, ``simulate.side_by_side``)."""
     base: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
     dirs, jobs = [], []
     for c in contexts or baseline_contexts(cfg.task()):
@@ -708,5 +708,14 @@ def train_baselines(
         if not _matches(path, bcfg):
             jobs.append(partial(run, bcfg, RunOutput(out=path, quiet=quiet)))
         dirs.append(path)
+    return tuple(dirs), jobs
+
+
+def train_baselines(
+    cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None, quiet: bool = False
+) -> tuple[Path, ...]:
+    """Train the baselines of ``baseline_jobs`` side by side, one per CPU device (a directory
+    already holding the complete run is reused). Returns the run directories."""
+    dirs, jobs = baseline_jobs(cfg, out, contexts, quiet)
     run_side_by_side(jobs)
-    return tuple(dirs)
+    return dirs
