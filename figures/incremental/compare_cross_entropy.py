@@ -51,7 +51,7 @@ from simulate.incremental.training_stages import duration_ratio
 from simulate.measure.stages import measured_plateaus
 from simulate.runner import RunOutput
 from simulate.store import load, read_summary
-from theory.incremental.heads import METRICS, HeadSystem
+from theory.incremental.heads import METRICS, head_system
 
 CAVEAT = (
     "AdamW: no time map to the reduced flow; only orders, plateau levels and ratios of stage "
@@ -126,7 +126,7 @@ def compare(
         cfg, steps, run["head_asymmetry"].values, measured[0], summary_run
     )
     predicted = {m: reduced[m].crossings for m in METRICS}
-    order_pred = [j + 1 for j in HeadSystem(reduced_setting(cfg, "logit")).ladder()]
+    order_pred = [j + 1 for j in head_system(reduced_setting(cfg, "logit")).ladder()]
     rows = []
     K = len(levels) - 1
     for k in range(K):

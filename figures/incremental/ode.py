@@ -20,7 +20,7 @@ from figures.incremental.ode_config import HeadOdeConfig
 from simulate.incremental.head_ode import initial_logits, plateau_levels, solve
 from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time, measured_plateaus
-from theory.incremental.heads import HeadSetting, HeadSystem
+from theory.incremental.heads import HeadSetting, head_system
 from theory.incremental.later_stages import (
     APRIORI_RULE,
     SEQUENTIAL_RULE,
@@ -51,7 +51,7 @@ def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     sym = solve(
         setting, [0.0], [cfg.seed], cfg.horizon, n_save=len(batch.ts), levels=levels, symmetric=True
     )
-    lead = HeadSystem(setting).ladder()[0]
+    lead = head_system(setting).ladder()[0]
     pred = predict_stages(setting, cfg.noise, t1=lumped_escape_time(setting, lead))
     t1_closed = predict_stages(setting, cfg.noise)[0].time
     ts = batch.ts

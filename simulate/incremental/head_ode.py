@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss
 from simulate.measure.stages import midpoints
-from theory.incremental.heads import METRIC_POWER, HeadSetting, HeadSystem
+from theory.incremental.heads import METRIC_POWER, HeadSetting, head_system
 from theory.validation import require
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -50,7 +50,7 @@ class OdeBatch:
 
 def plateau_levels(setting: HeadSetting) -> list[float]:
     """The derived plateau levels L_0..L_K of ``theory.incremental.heads`` in numbers."""
-    hs = HeadSystem(setting)
+    hs = head_system(setting)
     vals = hs.parameter_values()
     return [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()]
 

@@ -29,7 +29,7 @@ from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time, stage_times
 from simulate.runner import RunOptions, RunOutput, run_experiment
 from simulate.train import Problem, TrainResult
-from theory.incremental.heads import HeadSetting, HeadSystem
+from theory.incremental.heads import HeadSetting, head_system
 from theory.incremental.stages import predict_stages
 from theory.validation import require
 
@@ -108,7 +108,7 @@ def optimizer(cfg: HeadTrainConfig) -> optax.GradientTransformation:
 def derived_plateaus(setting: HeadSetting) -> tuple[list[float], int]:
     """The derived plateau levels and the lead block of ``setting`` (sympy: computed once per
     setting and process, since every run and sweep point of a setting summarises with them)."""
-    hs = HeadSystem(setting)
+    hs = head_system(setting)
     vals = hs.parameter_values()
     return [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()], hs.ladder()[0]
 

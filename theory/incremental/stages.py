@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import cast
 
 import sympy as sp
 
-from theory.incremental.heads import METRIC_POWER, HeadSetting, HeadSystem
+from theory.incremental.heads import METRIC_POWER, HeadSetting, HeadSystem, head_system
 
 p_sym, b_sym, T_sym = sp.symbols("p b T", positive=True)
 u_sym = sp.Symbol("u", real=True)
@@ -84,6 +85,7 @@ def escape_integral(metric: str) -> sp.Expr:
     return sp.simplify(sp.expand_log(sp.simplify(integral), force=True).subs(q, T_sym - b_sym))
 
 
+@cache
 def first_escape_time_expr(metric: str) -> sp.Expr:
     """t_1 in symbols T, b (block-1 size), m_1 and a = ||alpha_I(1)||_1 / b (mean weight)."""
     m1, a = sp.symbols("m_1 a", positive=True)
@@ -104,6 +106,7 @@ def first_escape_time(setting: HeadSetting, lead: int = 0) -> float:
     )
 
 
+@cache
 def vertex_decay_coefficient(group: int, m_lead: float, m_off: float) -> float:
     """c in ``s_i' = c s_i^2``: symmetric group of ``group`` heads at the vertex of a lead lag of
     strength ``m_lead``, with an off-vertex lag of strength ``m_off``, under the replicator metric.
@@ -153,7 +156,7 @@ def predict_stages(
     ``simulate.incremental.lumped_escape``); the plateau-entry masses of the vertex law stay those
     of the
     closed-form early-time solution."""
-    hs = HeadSystem(setting)
+    hs = head_system(setting)
     vals = hs.parameter_values()
     levels = [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()]
     ladder = hs.ladder()
