@@ -17,6 +17,7 @@ from theory.incremental.heads import (
     HeadSetting,
     HeadSystem,
     field_jacobian,
+    head_system,
     tangent_basis,
 )
 from theory.validation import ConfigError
@@ -287,3 +288,11 @@ def test_clustered_point_validation():
         hs.clustered_point((0, 2))
     with pytest.raises(ConfigError, match="assignment"):
         hs.clustered_point((0,))
+
+
+def test_a_setting_given_lists_is_the_hashable_setting_of_tuples_and_shares_its_system():
+    listed = HeadSetting(blocks=[1, 2], window=6, importances=[2.0, 1.0])
+    tupled = HeadSetting(blocks=(1, 2), window=6, importances=(2.0, 1.0))
+    assert listed == tupled and hash(listed) == hash(tupled)
+    assert head_system(listed) is head_system(tupled)
+    assert head_system(tupled).plateau_levels() == HeadSystem(tupled).plateau_levels()
