@@ -82,32 +82,33 @@ def _cosine(a, b):
     return jnp.sum(a * b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b) + 1e-300)
 
 
-# jaxlib's LAPACK SVD of a batch (vmapped seeds) splits it over XLA:CPU's intra-op thread pool
-# and with 16-32 seeds intermittently never returns (gdb: both pool threads in ParallelBatchMap of
-# lapack_dgesdd_ffi, waiting on each other's queued work); under vmap these two call it on one
-# matrix at a time (lax.map), which the observables' few small matrices can afford.
-@jax.custom_batching.custom_vmap
+def _one_matrix_at_a_time(fn):
+    """``fn`` of one matrix, batched under vmap by a ``lax.map`` over the batch.
+
+    jaxlib's LAPACK SVD of a batch (vmapped seeds) splits it over XLA:CPU's intra-op thread pool
+    and with 16-32 seeds intermittently never returns (gdb: both pool threads in
+    ParallelBatchMap of lapack_dgesdd_ffi, waiting on each other's queued work); the
+    observables' few small matrices can afford one call each."""
+    batched = jax.custom_batching.custom_vmap(fn)
+
+    @batched.def_vmap
+    def _mapped(axis_size, in_batched, x):
+        del axis_size, in_batched
+        return jax.lax.map(batched, x), True
+
+    return batched
+
+
+@_one_matrix_at_a_time
 def singular_values(x: jax.Array) -> jax.Array:
     """Singular values of ``x``, largest first."""
     return jnp.linalg.svd(x, compute_uv=False)
 
 
-@singular_values.def_vmap
-def _singular_values_mapped(axis_size, in_batched, x):
-    del axis_size, in_batched
-    return jax.lax.map(singular_values, x), True
-
-
-@jax.custom_batching.custom_vmap
+@_one_matrix_at_a_time
 def left_singular_vectors(x: jax.Array) -> jax.Array:
     """``U`` of the thin SVD ``x = U S V^T``."""
     return jnp.linalg.svd(x, full_matrices=False)[0]
-
-
-@left_singular_vectors.def_vmap
-def _left_singular_vectors_mapped(axis_size, in_batched, x):
-    del axis_size, in_batched
-    return jax.lax.map(left_singular_vectors, x), True
 
 
 def observables(params: Parameters, pi, P, qk_scale: float = 1.0) -> dict:
