@@ -105,45 +105,84 @@ def weighted_flow(
     G: np.ndarray, w: np.ndarray, heads: int, power: int
 ) -> tuple[Callable, Callable]:
     """(field, loss) of the head system whose lag i stands for w_i exchangeable lags with equal
-    logits; state ``(v.ravel(), theta.ravel())``, theta per lag. With w = 1 this is the field of
-    ``theory.incremental.heads``; with equal logits inside each group it is exact."""
+    logits; state ``(v.ravel(), theta.ravel())``, theta per lag, with any leading batch axes
+    (independent systems). With w = 1 this is the field of ``theory.incremental.heads``; with
+    equal logits inside each group it is exact."""
     h, n_lags = G.shape
 
     def unpack(y):
-        v = y[: heads * h].reshape(heads, h)
-        th = y[heads * h :].reshape(heads, n_lags)
-        e = w * np.exp(th - th.max(1, keepdims=True))
-        return v, e / e.sum(1, keepdims=True)  # s: mass of each lag group
+        lead = y.shape[:-1]
+        v = y[..., : heads * h].reshape(*lead, heads, h)
+        th = y[..., heads * h :].reshape(*lead, heads, n_lags)
+        e = w * np.exp(th - th.max(-1, keepdims=True))
+        return v, e / e.sum(-1, keepdims=True)  # s: mass of each lag group
 
     def field(t, y):
         v, s = unpack(y)
         sig = s / w  # mass of one lag of the group
-        R = G - v.T @ sig
+        R = G - np.swapaxes(v, -1, -2) @ sig
         g = v @ R  # R^T v_k, per lag
         if power == 2:  # J(s) over the T single lags: sig_i (g_i - sum_l s_l g_l)
-            g = sig * (g - (s * g).sum(1, keepdims=True))
-        return np.concatenate([(s @ R.T).ravel(), g.ravel()])
+            g = sig * (g - (s * g).sum(-1, keepdims=True))
+        lead = y.shape[:-1]
+        dv = (s @ np.swapaxes(R, -1, -2)).reshape(*lead, -1)
+        return np.concatenate([dv, g.reshape(*lead, -1)], -1)
 
     def loss(y):
         v, s = unpack(y)
-        return 0.5 * float((w * ((G - v.T @ (s / w)) ** 2).sum(0)).sum())
+        return 0.5 * (w * ((G - np.swapaxes(v, -1, -2) @ (s / w)) ** 2)).sum((-1, -2))
 
     return field, loss
 
 
 def _crossings(field, loss, y0, levels, t_max: float) -> np.ndarray:
-    """Times the loss first falls below each of ``levels`` (nan if not by t_max)."""
+    """Times each of the systems ``y0`` (B x n) first falls below each of ``levels`` (B x K;
+    nan if not by t_max). The B systems are independent and integrated as one, so that a few
+    reference draws cost about one solve of Python overhead: the band of the block-diagonal
+    Jacobian is given to LSODA, and each system's crossings are its own events (the batched
+    loss is computed once per evaluated state)."""
+    y0 = np.atleast_2d(np.asarray(y0, float))
+    B, n = y0.shape
+    levels = np.asarray(levels, float)
+    seen: dict = {}
+
+    def losses(t, y):
+        key = (t, y.tobytes())
+        if key not in seen:
+            seen.clear()
+            seen[key] = loss(y.reshape(B, n))
+        return seen[key]
+
     events = []
-    for i, level in enumerate(levels):
+    for b in range(B):
+        for level in levels:
 
-        def event(t, y, level=level):
-            return loss(y) - level
+            def event(t, y, b=b, level=level):
+                return losses(t, y)[b] - level
 
-        event.direction = -1  # type: ignore[attr-defined]
-        event.terminal = i == len(levels) - 1  # type: ignore[attr-defined]
-        events.append(event)
-    sol = solve_ivp(field, (0.0, t_max), y0, method="LSODA", events=events, rtol=RTOL, atol=ATOL)
-    return np.array([te[0] if len(te) else math.nan for te in sol.t_events])
+            event.direction = -1  # type: ignore[attr-defined]
+            events.append(event)
+
+    # stop once every system is past its last crossing: a hair below it, since a stop at the
+    # crossing itself would tie with that system's own event and could hide it
+    def done(t, y):
+        return losses(t, y).max() - levels[-1] * (1 - 1e-9)
+
+    done.terminal = True  # type: ignore[attr-defined]
+    done.direction = -1  # type: ignore[attr-defined]
+    band = {} if B == 1 else {"lband": n - 1, "uband": n - 1}
+    sol = solve_ivp(
+        lambda t, y: field(t, y.reshape(B, n)).ravel(),
+        (0.0, t_max),
+        y0.ravel(),
+        method="LSODA",
+        events=[*events, done],
+        rtol=RTOL,
+        atol=ATOL,
+        **band,
+    )
+    hits = [te[0] if len(te) else math.nan for te in sol.t_events[:-1]]
+    return np.array(hits).reshape(B, len(levels))
 
 
 def covers(setting: HeadSetting) -> bool:
@@ -196,7 +235,8 @@ def own_start_stage_times(
     theta = np.concatenate(
         [theta0[:, :h], (top + np.log(np.mean(np.exp(rest - top[:, None]), 1)))[:, None]], 1
     )
-    return _crossings(field, loss, np.concatenate([np.zeros(H * h), theta.ravel()]), mids, t_max)
+    y0 = np.concatenate([np.zeros(H * h), theta.ravel()])
+    return _crossings(field, loss, y0, mids, t_max)[0]
 
 
 def apriori_stage_times(
@@ -210,15 +250,15 @@ def apriori_stage_times(
     levels L_0..L_K (``simulate.incremental.head_ode.plateau_levels``); nan past ``t_max``."""
     H, h = setting.heads, setting.h
     field, loss, mids = _lumped_window(setting, levels)
-    times = []
-    for seed in draws:
-        theta = np.zeros((H, h + 1))
+    y0 = np.zeros((len(draws), H * h + H * (h + 1)))
+    for row, seed in zip(y0, draws, strict=True):
         # the empty lags' noise averages out over T - h lags: only the target lags keep it
+        theta = np.zeros((H, h + 1))
         theta[:, :h] = eps * np.random.default_rng(seed).standard_normal((H, h))
-        y0 = np.concatenate([np.zeros(H * h), theta.ravel()])
-        times.append(_crossings(field, loss, y0, mids, t_max))
+        row[H * h :] = theta.ravel()
+    times = _crossings(field, loss, y0, mids, t_max)
     # a draw that has not reached a stage by t_max is later than t_max, not missing
-    median = np.median(np.nan_to_num(np.array(times), nan=math.inf), axis=0)
+    median = np.median(np.nan_to_num(times, nan=math.inf), axis=0)
     return np.where(np.isfinite(median), median, math.nan)
 
 
@@ -249,7 +289,7 @@ def sequential_stage_time(
     field, loss = weighted_flow(G, w, n, METRIC_POWER[setting.metric])
     y0 = np.concatenate([values.ravel(), logits.ravel()])
     # the face starts at loss ~ m_k^2 / 2 (lag k unexplained) and ends at 0: its midpoint
-    dt = _crossings(field, loss, y0, [m[j] ** 2 / 4], t_max)[0]
+    dt = _crossings(field, loss, y0, [m[j] ** 2 / 4], t_max)[0, 0]
     return t_prev + float(dt)
 
 
