@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks.table import Row, format_table, write_json
 
-FAMILIES = ("ode", "peak", "seeds", "figures", "memory")
+FAMILIES = ("ode", "peak", "seeds", "figures", "memory", "paper")
 
 
 def family_measure(name: str) -> Callable[..., list[Row]]:
@@ -28,6 +28,8 @@ def family_measure(name: str) -> Callable[..., list[Row]]:
         from benchmarks.seeds import measure
     elif name == "figures":
         from benchmarks.compile_wall import measure
+    elif name == "paper":
+        from benchmarks.paper import measure
     else:
         from benchmarks.memory import measure
     return measure

@@ -1,6 +1,7 @@
 """The benchmark harness (``python -m benchmarks``): its table, its FLOP count, its ODE rows.
 Behaviour only: no timed assertions (issue 15)."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -111,3 +112,22 @@ def test_seed_scaling_records_running_out_of_memory_and_goes_on(monkeypatch):
     monkeypatch.setattr(seeds, "TRAINERS", {"broken": (broken, 2, "c")})
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         seeds.measure("full")
+
+
+def test_paper_projection_times_the_paper_run_shortened_and_scales_to_its_steps():
+    """The probe keeps the run's step (sizes, seeds) and logging and only shortens it; the
+    projection scales the probe's run time by steps / probe steps and counts every seed-step."""
+    from benchmarks.paper import probe, run_projection, step_flops
+    from simulate.emergence.training import EmergenceConfig
+
+    cfg = EmergenceConfig(S=4, heads=1, head_dim=2, batch=8, eval_batch=8, seeds=2)
+    cfg = dataclasses.replace(cfg, steps=40, log_every=10, chunk=20)
+    short = probe(cfg, 2)
+    same = ("S", "heads", "head_dim", "batch", "eval_batch", "seeds", "log_every", "lr")
+    assert all(getattr(short, f) == getattr(cfg, f) for f in same)
+    assert (short.steps, short.chunk) == (20, 10)
+    projected, compile_s, seed_steps = run_projection(cfg, 2)
+    assert seed_steps == 40 * 2 and projected > 0 and compile_s > 0
+    # XLA's count grows with the batch: twice the sequences, about twice the step's work
+    ratio = step_flops(dataclasses.replace(cfg, batch=16)) / step_flops(cfg)
+    assert 1.6 < ratio < 2.1

@@ -1,0 +1,154 @@
+"""Projected wall time of the paper-setting figures too long to run on this CPU: each of the
+figure's training runs at its paper setting (seeds, sizes, JAX CPU devices as the figure runs
+it) is timed for one logged chunk and projected to its full step budget; the figure's runs
+go one after the other, so their projections add. Beside it the arithmetic: XLA's FLOP count of
+one seed's training step (``cost_analysis()``, forward, backward and optimizer) times the
+figure's seed-steps, and the time that work takes at the float32 matmul peak measured in the
+same run, the floor no CPU implementation can go below here. Not counted: data generation,
+logging I/O and the figure's own analysis (seconds against the hours projected).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from collections.abc import Callable
+from functools import partial
+
+import jax
+
+from benchmarks.peak import matmul_peak
+from benchmarks.table import Row
+
+PROBE_LOGS = 1
+"""logged rows timed per run (the probe runs in chunks of one logging interval; the largest
+emergence-ca-plateau runs take several seconds per step at the paper setting)."""
+
+
+EMERGENCE = {
+    "emergence-linear-map": ("linear_map", "LinearMapConfig"),
+    "emergence-sparsity": ("sparsity", "SparsityConfig"),
+    "emergence-mixer": ("mixer", "MixerConfig"),
+    "emergence-times": ("times", "TimesConfig"),
+    "emergence-heads-vs-dim": ("heads_vs_dim", "HeadsVsDimConfig"),
+    "emergence-ca-plateau": ("ca_plateau", "CaPlateauConfig"),
+}
+"""figure id -> (module of figures.emergence, its options class with ``trainings()``)."""
+
+
+def emergence_runs(figure_id: str) -> list:
+    """The paper-setting runs of an emergence figure, in its order."""
+    module, name = EMERGENCE[figure_id]
+    options = getattr(importlib.import_module(f"figures.emergence.{module}"), name)
+    return list(options().trainings().values())
+
+
+def ablation_runs() -> list:
+    """The paper-setting runs of clustering-head-ablations (one per grid point)."""
+    from figures.clustering_head.ablations import AblationsConfig, training
+    from simulate.clustering_head.outcomes import ablation_points, learning_rates
+
+    cfg = AblationsConfig()
+    points = ablation_points(
+        learning_rates(cfg.lr_values, cfg.lr_min, cfg.lr_max),
+        cfg.batches,
+        cfg.widths,
+        cfg.default_point(),
+    )
+    return [training(cfg, p) for p in points]
+
+
+FIGURES: dict[str, Callable[[], list]] = {
+    **{figure_id: partial(emergence_runs, figure_id) for figure_id in EMERGENCE},
+    "clustering-head-ablations": ablation_runs,
+}
+"""figure id -> its paper-setting runs. ``emergence-sparsity`` runs its points side by side
+(about 1.2x faster than one after the other, README), so its sum overstates it."""
+
+
+def _experiment(cfg):
+    """(problem, optimizer) builders of the run's experiment."""
+    if type(cfg).__module__.startswith("simulate.emergence"):
+        from simulate.emergence.training import optimizer, problem
+    else:
+        from simulate.clustering_head.training import optimizer, problem
+    return problem, optimizer
+
+
+def probe(cfg, logs: int):
+    """The run shortened to ``logs`` logged rows, one compiled chunk per row (the same step,
+    logging and seeds as the paper run)."""
+    if hasattr(cfg, "epochs_per_chunk"):  # clustering head: one logged row per epoch
+        return dataclasses.replace(cfg, epochs=logs, epochs_per_chunk=1)
+    return dataclasses.replace(cfg, steps=logs * cfg.log_every, chunk=cfg.log_every)
+
+
+def step_flops(cfg) -> float:
+    """XLA's FLOP count of one seed's training step (loss, gradient and optimizer update)."""
+    import optax
+
+    problem_of, optimizer_of = _experiment(cfg)
+    problem, tx = problem_of(cfg), optimizer_of(cfg)
+    key = jax.random.PRNGKey(0)
+    params = problem.init(key, key)
+    state = tx.init(params)
+
+    def step(params, state, key):
+        loss, g = problem.loss_and_direction(params, key)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
+            updates, state = tx.update(g, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    analysis = jax.jit(step).lower(params, state, key).compile().cost_analysis()
+    if isinstance(analysis, list):  # older JAX: one dict per device program
+        analysis = analysis[0]
+    return float(analysis["flops"])
+
+
+def run_projection(cfg, logs: int) -> tuple[float, float, float]:
+    """(projected run seconds, compile seconds, seed-steps) of one paper-setting run."""
+    from simulate.train import train
+
+    problem_of, optimizer_of = _experiment(cfg)
+    short = probe(cfg, logs)
+    result = train(
+        problem_of(short), optimizer_of(short), short.schedule, short.seed_ids, None, progress=False
+    )
+    steps = cfg.schedule.steps
+    return (
+        result.run_seconds * steps / short.schedule.steps,
+        result.compile_seconds,
+        float(steps * len(cfg.seed_ids)),
+    )
+
+
+def measure(mode: str, figure_ids: list[str] | None = None) -> list[Row]:
+    logs = PROBE_LOGS
+    ids = figure_ids or (list(FIGURES) if mode == "full" else ["emergence-linear-map"])
+    peak = matmul_peak(2048 if mode == "full" else 1024, 3)
+    rows = []
+    for figure_id in ids:
+        runs = FIGURES[figure_id]()
+        seconds = compile_s = flop = 0.0
+        for i, cfg in enumerate(runs):
+            print(f"  {figure_id}: run {i + 1}/{len(runs)}", file=sys.stderr, flush=True)
+            run_s, comp, seed_steps = run_projection(cfg, logs)
+            seconds, compile_s = seconds + run_s, compile_s + comp
+            flop += step_flops(cfg) * seed_steps
+        floor = flop / peak
+        print(f"  {figure_id}: {seconds / 3600:.2f} h projected", file=sys.stderr, flush=True)
+        rows.append(
+            Row(
+                "paper setting, projected wall",
+                f"{figure_id} ({len(runs)} runs)",
+                seconds / 3600,
+                "h",
+                floor / 3600,
+                seconds / floor,
+                f"{logs} logged chunks per run timed and scaled to its steps; compile "
+                f"{compile_s:.0f} s; {flop:.3g} FLOP (XLA), baseline: that at the measured "
+                f"float32 matmul peak {peak / 1e9:.0f} GFLOP/s (ratio: projected / floor)",
+            )
+        )
+    return rows
