@@ -146,7 +146,7 @@ def measure(mode: str, figure_ids: list[str] | None = None) -> list[Row]:
                 "h",
                 floor / 3600,
                 seconds / floor,
-                f"{logs} logged chunks per run timed and scaled to its steps; compile "
+                f"{logs} logged chunk(s) per run timed and scaled to its steps; compile "
                 f"{compile_s:.0f} s; {flop:.3g} FLOP (XLA), baseline: that at the measured "
                 f"float32 matmul peak {peak / 1e9:.0f} GFLOP/s (ratio: projected / floor)",
             )

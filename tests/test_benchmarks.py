@@ -114,9 +114,10 @@ def test_seed_scaling_records_running_out_of_memory_and_goes_on(monkeypatch):
         seeds.measure("full")
 
 
-def test_paper_projection_times_the_paper_run_shortened_and_scales_to_its_steps():
+def test_paper_projection_times_the_paper_run_shortened_and_scales_to_its_steps(monkeypatch):
     """The probe keeps the run's step (sizes, seeds) and logging and only shortens it; the
     projection scales the probe's run time by steps / probe steps and counts every seed-step."""
+    import simulate.train
     from benchmarks.paper import probe, run_projection, step_flops
     from simulate.emergence.training import EmergenceConfig
 
@@ -128,6 +129,10 @@ def test_paper_projection_times_the_paper_run_shortened_and_scales_to_its_steps(
     assert (short.steps, short.chunk) == (20, 10)
     projected, compile_s, seed_steps = run_projection(cfg, 2)
     assert seed_steps == 40 * 2 and projected > 0 and compile_s > 0
+    # a probe timed at 3 s for its 20 steps projects 6 s for the run's 40
+    timed = simulate.train.TrainResult(None, compile_seconds=1.0, run_seconds=3.0)
+    monkeypatch.setattr(simulate.train, "train", lambda *args, **kwargs: timed)
+    assert run_projection(cfg, 2) == (6.0, 1.0, 80.0)
     # XLA's count grows with the batch: twice the sequences, about twice the step's work
     ratio = step_flops(dataclasses.replace(cfg, batch=16)) / step_flops(cfg)
     assert 1.6 < ratio < 2.1
