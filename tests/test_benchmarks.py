@@ -127,9 +127,8 @@ def test_paper_projection_times_the_paper_run_shortened_and_scales_to_its_steps(
     same = ("S", "heads", "head_dim", "batch", "eval_batch", "seeds", "log_every", "lr")
     assert all(getattr(short, f) == getattr(cfg, f) for f in same)
     assert (short.steps, short.chunk) == (20, 10)
-    projected, compile_s, seed_steps = run_projection(cfg, 2)
-    assert seed_steps == 40 * 2 and projected > 0 and compile_s > 0
-    # a probe timed at 3 s for its 20 steps projects 6 s for the run's 40
+    # a probe timed at 3 s for its 20 steps projects 6 s for the run's 40 (the trainer stubbed:
+    # the python -m benchmarks --quick --only paper run times a real one)
     timed = simulate.train.TrainResult(None, compile_seconds=1.0, run_seconds=3.0)
     monkeypatch.setattr(simulate.train, "train", lambda *args, **kwargs: timed)
     assert run_projection(cfg, 2) == (6.0, 1.0, 80.0)
