@@ -16,10 +16,9 @@ import sys
 from collections.abc import Callable
 from functools import partial
 
-import jax
-
 from benchmarks.peak import matmul_peak
 from benchmarks.table import Row
+from benchmarks.transformer import lowered, step_of, xla_flops
 
 PROBE_LOGS = 1
 """logged rows timed per run (the probe runs in chunks of one logging interval; the largest
@@ -69,41 +68,29 @@ FIGURES: dict[str, Callable[[], list]] = {
 
 def _experiment(cfg):
     """(problem, optimizer) builders of the run's experiment."""
-    if type(cfg).__module__.startswith("simulate.emergence"):
-        from simulate.emergence.training import optimizer, problem
-    else:
+    from simulate.clustering_head.training import ClusteringSetting
+
+    if isinstance(cfg, ClusteringSetting):
         from simulate.clustering_head.training import optimizer, problem
+    else:
+        from simulate.emergence.training import optimizer, problem
     return problem, optimizer
 
 
 def probe(cfg, logs: int):
     """The run shortened to ``logs`` logged rows, one compiled chunk per row (the same step,
     logging and seeds as the paper run)."""
-    if hasattr(cfg, "epochs_per_chunk"):  # clustering head: one logged row per epoch
+    from simulate.clustering_head.training import ClusteringSetting
+
+    if isinstance(cfg, ClusteringSetting):  # one logged row per epoch
         return dataclasses.replace(cfg, epochs=logs, epochs_per_chunk=1)
     return dataclasses.replace(cfg, steps=logs * cfg.log_every, chunk=cfg.log_every)
 
 
 def step_flops(cfg) -> float:
     """XLA's FLOP count of one seed's training step (loss, gradient and optimizer update)."""
-    import optax
-
-    problem_of, optimizer_of = _experiment(cfg)
-    problem, tx = problem_of(cfg), optimizer_of(cfg)
-    key = jax.random.PRNGKey(0)
-    params = problem.init(key, key)
-    state = tx.init(params)
-
-    def step(params, state, key):
-        loss, g = problem.loss_and_direction(params, key)
-        with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
-            updates, state = tx.update(g, state, params)
-        return optax.apply_updates(params, updates), state, loss
-
-    analysis = jax.jit(step).lower(params, state, key).compile().cost_analysis()
-    if isinstance(analysis, list):  # older JAX: one dict per device program
-        analysis = analysis[0]
-    return float(analysis["flops"])
+    problem, optimizer = _experiment(cfg)
+    return xla_flops(lowered(step_of(problem(cfg), optimizer(cfg))).compile())
 
 
 def run_projection(cfg, logs: int) -> tuple[float, float, float]:

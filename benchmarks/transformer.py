@@ -56,7 +56,11 @@ class Step:
 
 
 def training_step(cfg: MarkovTrainConfig) -> Step:
-    prob, opt = problem(cfg), optimizer(cfg)
+    return step_of(problem(cfg), optimizer(cfg))
+
+
+def step_of(prob: Any, opt: Any) -> Step:
+    """The jitted training step of any experiment's problem and optimizer."""
     k_init, k_noise = jax.random.split(jax.random.PRNGKey(0))
     params = prob.init(k_init, k_noise)
 

@@ -14,16 +14,15 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import sympy as sp
 import xarray as xr
 
 from simulate.incremental.head_field import logit_field, loss
+from simulate.incremental.head_ode import plateau_levels
 from simulate.incremental.head_options import HeadSystemOptions
 from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time, stage_times
@@ -108,9 +107,7 @@ def optimizer(cfg: HeadTrainConfig) -> optax.GradientTransformation:
 def derived_plateaus(setting: HeadSetting) -> tuple[list[float], int]:
     """The derived plateau levels and the lead block of ``setting`` (sympy: computed once per
     setting and process, since every run and sweep point of a setting summarises with them)."""
-    hs = head_system(setting)
-    vals = hs.parameter_values()
-    return [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()], hs.ladder()[0]
+    return plateau_levels(setting), head_system(setting).ladder()[0]
 
 
 @cache
