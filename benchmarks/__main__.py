@@ -50,33 +50,47 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         nargs="+",
         metavar="NAME",
-        help=f"families ({', '.join(FAMILIES)}) or figure ids (compare-NAME for a comparison)",
+        help=f"families ({', '.join(FAMILIES)}), figure ids (compare-NAME for a comparison) or "
+        "paper:ID (the paper family for that figure only)",
     )
     return parser.parse_args(argv)
 
 
-def selection(only: list[str] | None) -> tuple[list[str], list[str] | None]:
-    """(families to run, figure ids for the figures family or None for its default set)."""
+def selection(only: list[str] | None) -> tuple[list[str], list[str] | None, list[str] | None]:
+    """(families to run, figure ids for the figures family or None for its default set, figure
+    ids for the paper family or None for its default set)."""
     if not only:
-        return list(FAMILIES), None
+        return list(FAMILIES), None, None
     from benchmarks.compile_wall import all_ids
+    from benchmarks.paper import FIGURES
 
     ids = all_ids()
-    unknown = [n for n in only if n not in FAMILIES and n not in ids]
+    paper_ids = [n.removeprefix("paper:") for n in only if n.startswith("paper:")]
+    unknown = [n for n in only if n not in FAMILIES and n not in ids and not n.startswith("paper:")]
+    unknown += [f"paper:{n}" for n in paper_ids if n not in FIGURES]
     if unknown:
         print(
-            f"benchmarks: error: only = {unknown[0]}: one of {', '.join(FAMILIES)} or a figure id",
+            f"benchmarks: error: only = {unknown[0]}: one of {', '.join(FAMILIES)}, a figure id "
+            f"or paper:ID with ID one of {', '.join(FIGURES)}",
             file=sys.stderr,
         )
         raise SystemExit(2)
     figure_ids = [n for n in only if n in ids]
-    families = [f for f in FAMILIES if f in only or (f == "figures" and figure_ids)]
-    return families, figure_ids if figure_ids and "figures" not in only else None
+    families = [
+        f
+        for f in FAMILIES
+        if f in only or (f == "figures" and figure_ids) or (f == "paper" and paper_ids)
+    ]
+    return (
+        families,
+        figure_ids if figure_ids and "figures" not in only else None,
+        paper_ids if paper_ids and "paper" not in only else None,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    families, figure_ids = selection(args.only)
+    families, figure_ids, paper_ids = selection(args.only)
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
     # a fresh persistent cache: every compile timed here is cold, and the user's cache is left
     # alone (the figures family gives each figure its own)
@@ -94,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         measure = family_measure(name)
         if name == "figures":
             rows += measure("full" if mode == "full" else "quick", figure_ids)
+        elif name == "paper":
+            rows += measure("quick" if mode == "tiny" else mode, paper_ids)
         else:
             rows += measure(mode if name == "ode" or mode != "tiny" else "quick")
     cache.cleanup()

@@ -135,3 +135,13 @@ def test_paper_projection_times_the_paper_run_shortened_and_scales_to_its_steps(
     # XLA's count grows with the batch: twice the sequences, about twice the step's work
     ratio = step_flops(dataclasses.replace(cfg, batch=16)) / step_flops(cfg)
     assert 1.6 < ratio < 2.1
+
+
+def test_paper_family_can_be_restricted_to_one_figure_and_rejects_unknown_ids(capsys):
+    from benchmarks.__main__ import selection
+
+    assert selection(["paper:emergence-times"]) == (["paper"], None, ["emergence-times"])
+    assert selection(["paper"]) == (["paper"], None, None)
+    with pytest.raises(SystemExit):
+        selection(["paper:incremental-ode"])  # not a figure the paper family projects
+    assert "paper:incremental-ode" in capsys.readouterr().err
