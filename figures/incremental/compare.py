@@ -29,6 +29,7 @@ from figures.core.verdicts import Prediction
 from figures.incremental import compare_cross_entropy, compare_regression
 from simulate.incremental.markov_training import baseline_jobs
 from simulate.incremental.regression_training import RegressionConfig
+from simulate.incremental.tangent_split import tangent_split
 from simulate.runner import Seeds
 from simulate.side_by_side import run_side_by_side
 
@@ -61,7 +62,8 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     # Independent work side by side, one job per CPU device, in two rounds: the markov row's
     # student logs its KL to the learned c-gram baselines, so they train first, beside the
     # reduced system's predictions (which need the config only); then the student with its
-    # splitting analysis, the longest job, beside the two regression rows.
+    # splitting analysis, the longest job, beside its first-order split and the two regression
+    # rows.
     markov = compare_cross_entropy.markov_config(cfg.quick, cfg.flow.seed)
     baselines, jobs = baseline_jobs(markov, run_dir / "markov" / "baselines", quiet=cfg.quiet)
     # the prediction (about as long as a baseline) goes in after the first two baselines, which
@@ -70,7 +72,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     predict = partial(compare_cross_entropy.reduced_predictions, markov)
     reduced = run_side_by_side([*jobs[:at], predict, *jobs[at:]])[at]
     attentions = ("positional", "full")
-    ce, *regression = run_side_by_side(
+    ce, first_order, *regression = run_side_by_side(
         [
             partial(
                 compare_cross_entropy.compare,
@@ -80,6 +82,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
                 baselines,
                 reduced,
             ),
+            partial(tangent_split, markov),
             *(
                 partial(
                     compare_regression.compare,
@@ -96,7 +99,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         pieces.append(data.rename(seed=f"{attention}_seed"))
         summary[f"regression_{attention}"] = part
     pieces.append(ce[0])
-    summary["cross_entropy"] = ce[1]
+    summary["cross_entropy"] = compare_cross_entropy.with_first_order(ce[1], first_order)
     return xr.merge(pieces), summary
 
 

@@ -15,7 +15,10 @@ rate:
   starts;
 - the head-splitting rate on the stage-1 plateau: AdamW linearised at the plateau of the run's
   exactly symmetric twin (``simulate.incremental.plateau_splitting``) against the log-slope of the
-  run's head asymmetry (issue 17 item 4).
+  run's head asymmetry (issue 17 item 4);
+- the heads' split step and rate to first order in the init scale, the run's own initial head
+  differences carried along the twin by the training step's tangent map
+  (``simulate.incremental.tangent_split``), against the run's split and rate.
 Stage k starts when the validation loss falls below the midpoint of the class-(k-1) and class-k
 levels (class 0: uniform prediction, ln d).
 """
@@ -47,6 +50,7 @@ from simulate.incremental.plateau_splitting import (
     measured_rate,
     splitting_rates,
 )
+from simulate.incremental.tangent_split import TANGENT_SPLIT_RULE, TangentSplit
 from simulate.incremental.training_stages import duration_ratio
 from simulate.measure.stages import measured_plateaus
 from simulate.runner import RunOutput
@@ -168,6 +172,7 @@ def compare(
         "classes_visited": visited,
         "predicted_ode_starts": {m: predicted[m].tolist() for m in METRICS},
         "splitting": splitting,
+        "heads_split_step": float(summary_run["heads_split_step_per_seed"][0]),
         "bayes_loss": summary_run["bayes_loss"],
         "final_val_loss": float(loss[-1]),
         "run": str(path),
@@ -197,6 +202,20 @@ def splitting_summary(
         "e_fold_steps_predicted": 1 / at.rate,
         "e_fold_steps_measured": 1 / slope,
     }
+
+
+def with_first_order(part: dict, first: TangentSplit) -> dict:
+    """``compare``'s summary with the first-order split of its run added to its splitting part:
+    the split step beside the run's and the first-order rate over the measured window."""
+    split = dict(part["splitting"])
+    window = split["window"]
+    split.update(
+        first_order_rule=TANGENT_SPLIT_RULE,
+        split_first_order=first.split,
+        split_measured=part["heads_split_step"],
+        rate_first_order=first.rate(*window) if math.isfinite(window[1]) else float("nan"),
+    )
+    return {**part, "splitting": split}
 
 
 RATE_TOLERANCE = 0.25
@@ -257,6 +276,25 @@ def predictions(part: dict) -> list[Prediction]:
                 f"{RATE_RULE}; {MEASURED_RATE_RULE}; 25%, the issue's target for durations",
             )
         )
+    if split is not None and "split_first_order" in split:
+        rows += [
+            Prediction(
+                "AdamW head-splitting rate on the stage-1 plateau, first order (per step)",
+                float(split["rate_first_order"]),
+                float(split["rate_measured"]),
+                RATE_TOLERANCE,
+                f"{split['first_order_rule']}: least-squares slope of ln(first-order split) over "
+                f"the measured window; {MEASURED_RATE_RULE}; 25%",
+            ),
+            Prediction(
+                "AdamW heads split (step), first order",
+                float(split["split_first_order"]),
+                float(split["split_measured"]),
+                RATE_TOLERANCE,
+                f"{split['first_order_rule']}; measured: the same rule on the run's block masses; "
+                "25%, the issue's target for durations",
+            ),
+        ]
     return rows
 
 
@@ -304,6 +342,13 @@ def report(part: dict) -> str:
             f"(linearised AdamW at step {split['step']} of the symmetric twin, mu = "
             f"{split['mu']:.4f}), measured {split['rate_measured']:.4f}; the plateau's length "
             f"grows by 1/r = {split['e_fold_steps_predicted']:.1f} steps per e-fold of 1/q"
+        )
+    if split is not None and "split_first_order" in split:
+        table += (
+            f"\nto first order in q (the run's initial head differences carried along the twin by "
+            f"the training step's tangent map): rate {split['rate_first_order']:.4f} per step over "
+            f"the same window, heads split at step {split['split_first_order']:.0f} (measured "
+            f"{split['split_measured']:.0f})"
         )
     return head + "\n" + table
 
@@ -403,6 +448,22 @@ def _splitting_panel(ax, data: xr.Dataset, split: dict | None):
         )
         ax.axvspan(
             lo, hi, color="grey", alpha=0.15, label=f"measured: r = {split['rate_measured']:.4f}"
+        )
+    if split is not None and math.isfinite(float(split.get("rate_first_order", np.nan))):
+        ax.plot(
+            t,
+            asym[i] * np.exp(split["rate_first_order"] * (t - steps[i])),
+            color="tab:purple",
+            ls="-.",
+            label=f"first order in q: r = {split['rate_first_order']:.4f}/step",
+        )
+        ax.axvline(split["split_measured"], color="tab:red", ls=":", lw=1, label="heads split")
+        ax.axvline(
+            split["split_first_order"],
+            color="tab:purple",
+            ls=":",
+            lw=1,
+            label="heads split, first order",
         )
     ax.set(
         yscale="log",

@@ -3,8 +3,8 @@ rebuttal Fig. B; spec incremental.md §7), with the reduced head ODE drawn on th
 
 Top: attention mass of each head on each lag block from the last query, against the training
 step; dashed: the reduced ODE's block mass of the matched head, its time mapped to steps by the
-derived split step of AdamW over the ODE's (issue 17 item 4:
-``simulate.incremental.plateau_splitting``, a-priori, no constant fitted to the run); the fitted
+heads' split step derived to first order in the init scale over the ODE's (issue 17 item 4:
+``simulate.incremental.tangent_split``, a-priori, no constant fitted to the run); the fitted
 ratio of the measured split times stays in the summary beside it. Bottom: value alignment
 <V_h, A*_k / ||A*_k||_F> of each head with each block's teacher matrix.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import numpy as np
 import xarray as xr
@@ -25,7 +25,7 @@ from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
 from simulate.incremental.markov_reduction import match_heads, ode_block_mass
 from simulate.incremental.markov_training import MarkovTrainConfig, split_step
-from simulate.incremental.plateau_splitting import SPLIT_PREDICTION_RULE, predict_split
+from simulate.incremental.tangent_split import TANGENT_SPLIT_RULE, TangentSplit, tangent_split
 from simulate.side_by_side import run_side_by_side
 from simulate.store import load
 
@@ -52,12 +52,16 @@ class HeadDynamicsConfig(FigureOptions):
 def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     training = cfg.training()
     # the a-priori split needs only the config: side by side with the run
-    path, (predicted_split, rates) = run_side_by_side(
-        [
-            partial(markov_training.run, training, cfg.run_output(run_dir)),
-            partial(predict_split, training),
-        ]
+    path, first_order = cast(
+        tuple[Path, TangentSplit],
+        run_side_by_side(
+            [
+                partial(markov_training.run, training, cfg.run_output(run_dir)),
+                partial(tangent_split, training),
+            ]
+        ),
     )
+    predicted_split = first_order.split
     ds, _ = load(path)
     run = ds.isel(seed=0, layer=0)  # the one-layer model's attention
     steps = run["step"].values
@@ -93,13 +97,10 @@ def compute(cfg: HeadDynamicsConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         "split_rule": markov_training.SPLIT_RULE,
         "heads_split_step": train_split,
         "ode_heads_split_time": ode_split,
-        "split_prediction_rule": SPLIT_PREDICTION_RULE,
+        "split_prediction_rule": TANGENT_SPLIT_RULE,
         "heads_split_step_predicted": predicted_split,
-        "splitting_rates": [
-            {"step": r.step, "rate": r.rate, "mu": r.mu, "split_amplitude": r.split_amplitude}
-            for r in rates
-        ],
-        "initial_split_amplitude": rates[0].initial_amplitude,
+        "first_order_split_steps": first_order.steps,
+        "first_order_split_spread": first_order.spread,
         "steps_per_ode_time": scale,
         "steps_per_ode_time_fitted": fitted,
         "ode_head_order": order,
@@ -118,8 +119,8 @@ MASS_TOLERANCE = 0.1
 
 def predictions(summary: dict) -> list[Prediction]:
     """Each head's attention mass on each block at the last step: the matched ODE head (dashed)
-    beside the trained head (solid), and the step the heads split, derived a priori from the
-    linearised AdamW beside the measured one; a run stored before the summary kept these has
+    beside the trained head (solid), and the step the heads split, derived a priori to first
+    order in the init scale beside the measured one; a run stored before the summary kept these has
     them as not measured."""
     trained = np.asarray(summary["final_block_mass"], float)
     ode = np.asarray(summary.get("ode_block_mass_at_last_step", np.nan + trained), float)
@@ -130,7 +131,7 @@ def predictions(summary: dict) -> list[Prediction]:
             float(trained[k, j]),
             MASS_TOLERANCE,
             "predicted: the reduced ODE (replicator) of the same blocks, its heads matched to the "
-            "trained heads and its time mapped by the derived AdamW split step over the ODE's; "
+            "trained heads and its time mapped by the first-order split step over the ODE's; "
             "0.1, the difference below which the head-splitting rule counts masses equal",
             "difference",
         )
@@ -141,7 +142,7 @@ def predictions(summary: dict) -> list[Prediction]:
             float(summary.get("heads_split_step_predicted", np.nan)),
             float(summary.get("heads_split_step", np.nan)),
             SPLIT_TOLERANCE,
-            f"{SPLIT_PREDICTION_RULE}; measured: {markov_training.SPLIT_RULE}; 25%, issue 17's "
+            f"{TANGENT_SPLIT_RULE}; measured: {markov_training.SPLIT_RULE}; 25%, issue 17's "
             "target for AdamW stage durations",
         )
     ]
@@ -150,8 +151,9 @@ def predictions(summary: dict) -> list[Prediction]:
 def report(summary: dict) -> str:
     return (
         f"heads split at step {summary['heads_split_step']:.0f} (training), at step "
-        f"{float(summary['heads_split_step_predicted']):.0f} predicted (linearised AdamW, "
-        f"a-priori), and at ODE time {summary['ode_heads_split_time']:.4g}: "
+        f"{float(summary['heads_split_step_predicted']):.0f} predicted (first order in the "
+        f"init scale along the symmetric twin, a-priori), and at ODE time "
+        f"{summary['ode_heads_split_time']:.4g}: "
         f"{summary['steps_per_ode_time']:.4g} steps per unit ODE time derived, "
         f"{summary['steps_per_ode_time_fitted']:.4g} fitted to the run"
     )
@@ -190,12 +192,12 @@ def plot(data: xr.Dataset, summary: dict):
     predicted = float(summary["heads_split_step_predicted"])
     for ax in axes.ravel():
         ax.axvline(split, color="tab:red", ls=":", lw=1)
-        if np.isfinite(predicted):  # nan: not split by the end of the prediction's grid
+        if np.isfinite(predicted):  # nan: not split to first order within the run's steps
             ax.axvline(predicted, color="tab:purple", ls="-.", lw=1)
         ax.set_xlim(0, steps[-1])
-    axes[0, 0].plot([], [], "k--", lw=1, label="reduced ODE, time x derived AdamW factor")
+    axes[0, 0].plot([], [], "k--", lw=1, label="reduced ODE, time x derived factor")
     axes[0, 0].plot([], [], color="tab:red", ls=":", label="heads split (training)")
-    axes[0, 0].plot([], [], color="tab:purple", ls="-.", label="heads split (linearised AdamW)")
+    axes[0, 0].plot([], [], color="tab:purple", ls="-.", label="heads split (first order)")
     axes[0, 0].legend(fontsize=7)
     axes[1, 0].legend(fontsize=7)
     axes[0, 0].set_ylabel("attention mass (last query)")
@@ -222,8 +224,9 @@ FIGURE = Figure(
         "step; bottom: value alignment <V_h, A*_j / ||A*_j||_F> of each head with each block's "
         "teacher matrix. Solid: training; dashed (top): the reduced ODE of the same blocks and "
         "importances, its heads matched to the trained heads and its time mapped to steps by the "
-        "AdamW split step derived a priori (linearised AdamW on the symmetric twin; purple "
-        "dash-dotted line) over the ODE's split time (training split: red dotted line). "
+        "split step derived a priori (the run's initial head differences carried to first order "
+        "along its symmetric twin; purple dash-dotted line) over the ODE's split time (training "
+        "split: red dotted line). "
         "Negative alignments after the split are the cooperative offsets."
     ),
     predictions=predictions,

@@ -328,23 +328,30 @@ def positional_part(tree: Any, params: Any = None) -> Any:
     return eqx.tree_at(lambda t: (t.WQ, t.WV), tree, (tree.WQ * query, tree.WV * value))
 
 
-def optimizer(cfg: MarkovTrainConfig) -> optax.GradientTransformation:
+def optimizer(cfg: MarkovTrainConfig, eps_root: float = 0.0) -> optax.GradientTransformation:
     """The optimizer of ``cfg``; with positional attention the gradient is masked before it
     (clipping and Adam's moments see the trained entries only) and the update after it
-    (weight decay would move the frozen entries)."""
-    inner = _optimizer(cfg)
+    (weight decay would move the frozen entries). ``eps_root``: added to AdamW's ``v_hat`` under
+    the square root (optax's; 0 in training)."""
+    inner = _optimizer(cfg, eps_root)
     if cfg.attention == "full":
         return inner
     mask = optax.stateless(positional_part)
     return optax.chain(mask, inner, mask)
 
 
-def _optimizer(cfg: MarkovTrainConfig) -> optax.GradientTransformation:
+def _optimizer(cfg: MarkovTrainConfig, eps_root: float) -> optax.GradientTransformation:
     lr = cfg.learning_rate
     if cfg.optimizer == "adamw":
         return optax.chain(
             optax.clip_by_global_norm(cfg.clip),
-            optax.adamw(lr, b1=cfg.beta1, b2=cfg.beta2, weight_decay=cfg.weight_decay),
+            optax.adamw(
+                lr,
+                b1=cfg.beta1,
+                b2=cfg.beta2,
+                eps_root=eps_root,
+                weight_decay=cfg.weight_decay,
+            ),
         )
     if cfg.optimizer == "sgd":
         return optax.chain(

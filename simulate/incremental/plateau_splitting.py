@@ -29,17 +29,14 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 
 from simulate.incremental.markov_task import sample_sequences
 from simulate.incremental.markov_training import (
-    SPLIT_MASS,
     MarkovTrainConfig,
     _nll,
-    build_model,
     log_probs,
     markov_data,
     optimizer,
     positional_part,
     problem,
 )
-from simulate.incremental.minimal_transformer import MinimalTransformer
 from simulate.measure.fits import linear_slope
 from simulate.train import seed_streams
 from theory.incremental.splitting import splitting_rate
@@ -48,15 +45,15 @@ from theory.validation import require
 ADAM_EPS = 1e-8
 """eps of ``optax.adamw``'s default, which the markov trainer uses."""
 LANCZOS_TOL = 1e-2
-"""relative accuracy asked of the eigenvalue: 1%, far inside what the linearisation misses by;
-the head-dynamics quick split is 354.1 steps with it as with 1e-4, in 74 s instead of 105 s."""
+"""relative accuracy asked of the eigenvalue: 1%, far inside what the linearisation misses by
+(measured on the head-dynamics quick run's split, 2026-12-02: the same to 0.1 step as with 1e-4,
+in 74 s instead of 105 s)."""
 LANCZOS_VECTORS = 8
 """Lanczos vectors per restart (ARPACK's ncv; its default is 20). Each eigenvalue after the first
 starts from the previous step's eigenvector (the plateau moves slowly), the first from a fixed
-random vector, so the rates are the same from run to run (ARPACK's own random start made the
-head-dynamics quick split vary by 0.05 steps). That split reads seven eigenvalues: 103
-Hessian-vector products instead of 157 (each 0.46 s: 2048 sequences in float64), split 354.03
-against 354.15-354.20 steps."""
+random vector, so the rates are the same from run to run (ARPACK's own random start moved them
+by about 1e-4 relative). Seven eigenvalues along a plateau took 103 Hessian-vector products
+instead of 157 (each 0.46 s: 2048 sequences in float64)."""
 PROBE_KEY = 7
 """key of the sequences the Hessian is averaged over (drawn from the run's teacher)."""
 RATE_RULE = (
@@ -100,11 +97,6 @@ class SplittingRate:
     rate: float
     """r = ln z per step, with the optimizer's momentum and decay
     (theory.incremental.splitting)."""
-    initial_amplitude: float
-    """|c_0|: the run's own initial head difference (heads 1 and 2) along this direction."""
-    split_amplitude: float
-    """the amplitude along this direction at which the last query's block masses of heads 1
-    and 2 differ by ``SPLIT_MASS`` (first order)."""
 
 
 def symmetric_copy(cfg: MarkovTrainConfig) -> MarkovTrainConfig:
@@ -177,7 +169,6 @@ def _rates_along(cfg: MarkovTrainConfig, steps: ArrayLike, probe: int, tol: floa
     grad = jax.jit(jax.grad(lambda m: _nll(log_probs(m, task, seqs), seqs[:, w:])))
     split = jnp.zeros(cfg.heads).at[0].set(1).at[1].set(-1) / math.sqrt(2)
     lr = cfg.learning_rate
-    mass = problem(twin, data).observe
 
     def tangent(model, y_q, y_v):
         """heads 1 and 2 moved by +-(y_q, y_v) / sqrt(2), the others kept."""
@@ -192,20 +183,11 @@ def _rates_along(cfg: MarkovTrainConfig, steps: ArrayLike, probe: int, tol: floa
         hv = jax.jvp(grad, (model,), (tangent(model, y_q, y_v),))[1]
         return jnp.tensordot(split, hv.WQ, 1), jnp.tensordot(split, hv.WV, 1)
 
-    @jax.jit
-    def mass_split(model, y_q, y_v):
-        """d(block mass of head 1 - head 2) of the last query along (y_q, y_v)."""
-        dm = jax.jvp(lambda m: mass(m)["block_mass"][0], (model,), (tangent(model, y_q, y_v),))[1]
-        return dm[0] - dm[1]
-
-    start = cast(MinimalTransformer, build_model(cfg, seed_streams([cfg.seed])["init"][0]))
-    start_split = np.concatenate(
-        [np.asarray(x[0] - x[1], np.float64).ravel() / math.sqrt(2) for x in (start.WQ, start.WV)]
-    )
-
-    start_vector = np.random.default_rng(PROBE_KEY).standard_normal(start_split.size)
+    start_vector = None
     for step, (model, state) in zip(steps, _states_at(twin, steps)):
         D = model.WQ.shape[-1]
+        if start_vector is None:
+            start_vector = np.random.default_rng(PROBE_KEY).standard_normal(2 * D * D)
         if cfg.optimizer == "adamw":
             pre, moved = _preconditioner(state, cfg.beta2)
             # one head's entries (the twin's heads are identical): P^1/2 on the moved ones
@@ -239,29 +221,7 @@ def _rates_along(cfg: MarkovTrainConfig, steps: ArrayLike, probe: int, tol: floa
         eigenvalue, v = float(lowest[0]), vectors[:, 0]
         start_vector = v
         mu = -lr * eigenvalue
-        rate = _rate(cfg, mu) if mu > 0 else float("nan")
-        # the mode of y' = -lr P H y is P^1/2 v; its left partner P^-1/2 v picks the amplitude
-        # (v vanishes on the unmoved entries, where root = 0)
-        moved_entries = root > 0
-        amplitude = abs(
-            float(v[moved_entries] @ (start_split[moved_entries] / root[moved_entries]))
-        )
-        mode = root * v
-        response = np.asarray(
-            mass_split(
-                model,
-                jnp.asarray(mode[: D * D].reshape(D, D)),
-                jnp.asarray(mode[D * D :].reshape(D, D)),
-            )
-        )
-        yield SplittingRate(
-            step,
-            eigenvalue,
-            mu,
-            rate,
-            amplitude,
-            SPLIT_MASS / float(np.max(np.abs(response))),
-        )
+        yield SplittingRate(step, eigenvalue, mu, _rate(cfg, mu) if mu > 0 else float("nan"))
 
 
 def _rate(cfg: MarkovTrainConfig, mu: float) -> float:
@@ -270,50 +230,3 @@ def _rate(cfg: MarkovTrainConfig, mu: float) -> float:
         return splitting_rate(mu, cfg.beta1, cfg.learning_rate * cfg.weight_decay, "ema")
     momentum = cfg.momentum if cfg.optimizer == "sgd" else 0.0
     return splitting_rate(mu, momentum, 0.0, "heavy_ball")
-
-
-SPLIT_GRID = (10, 25, 50, 100, 200, 300, 400, 600, 800, 1200, 1600, 2400, 3200, 4800, 6400)
-"""steps at which ``predict_split`` reads the rate (the early ones follow stage 1)."""
-SPLIT_PREDICTION_RULE = (
-    "a-priori: the split between heads 1 and 2 of the run's own initialisation, projected on the "
-    "most unstable direction of the linearised AdamW at the first grid step (left eigenvector), "
-    "grows by e^(integral of r) (r read on the symmetric twin at the grid steps, linear between "
-    f"them); the heads split when its first-order block-mass difference reaches {SPLIT_MASS}"
-)
-
-
-def predict_split(
-    cfg: MarkovTrainConfig,
-    grid: ArrayLike = SPLIT_GRID,
-    probe: int = 2048,
-    tol: float = LANCZOS_TOL,
-) -> tuple[float, list[SplittingRate]]:
-    """The a-priori head-split step of ``cfg`` (``SPLIT_PREDICTION_RULE``) and the rates it read:
-    the twin trains along ``grid`` (up to ``cfg.steps``) only until the split is reached."""
-    steps = [int(g) for g in np.atleast_1d(grid) if g <= cfg.steps]
-    rates: list[SplittingRate] = []
-    for at in _rates_along(cfg, steps, probe, tol):
-        rates.append(at)
-        if math.isfinite(predicted_split(rates)):
-            break
-    return predicted_split(rates), rates
-
-
-def predicted_split(rates: list[SplittingRate]) -> float:
-    """First step at which the split grown from its initial amplitude (along the first
-    ``rates`` step's direction) reaches the split amplitude: ln a(t) = ln a_0 + integral of r
-    (linear between the steps, r constant before the first); nan if not within the last."""
-    steps = np.array([0.0] + [r.step for r in rates])
-    r = np.array([rates[0].rate] + [x.rate for x in rates])
-    grown = np.log(rates[0].initial_amplitude) + np.concatenate(
-        [[0.0], np.cumsum(0.5 * (r[1:] + r[:-1]) * np.diff(steps))]
-    )
-    needed = np.log([rates[0].split_amplitude] + [x.split_amplitude for x in rates])
-    gap = grown - needed
-    above = np.nonzero(gap >= 0)[0]
-    if above.size == 0 or not np.all(np.isfinite(r)):
-        return float("nan")
-    i = int(above[0])
-    if i == 0:
-        return 0.0
-    return float(steps[i - 1] + (steps[i] - steps[i - 1]) * -gap[i - 1] / (gap[i] - gap[i - 1]))

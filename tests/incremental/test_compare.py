@@ -50,5 +50,7 @@ def test_compare_incremental_quick(tmp_path, capsys):
     # AdamW's head-splitting rate: the linearised optimizer at the plateau, within 25%
     split = ce["splitting"]
     assert abs(split["rate_predicted"] / split["rate_measured"] - 1) < 0.25
+    # the heads' split to first order in q: within two logged intervals of the run's
+    assert abs(split["split_first_order"] - split["split_measured"]) <= 20
     # the replot path draws from the stored data alone
     assert main(["compare", "incremental", "--quick", "--replot", "--out", str(tmp_path)]) == 0

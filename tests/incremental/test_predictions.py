@@ -14,6 +14,7 @@ import figures.incremental
 from figures.core.figure import Figure
 from figures.incremental import (
     compare,
+    compare_cross_entropy,
     dataset_size,
     full,
     head_dynamics,
@@ -381,3 +382,30 @@ def test_compare_rows_are_levels_and_starts_of_both_regressions_and_the_cross_en
     ratio = _one(rows, "(t_2 - t_1) / t_1", "replicator")
     assert (ratio.predicted, ratio.measured) == (89.0, 27.8)
     assert ratio.verdict() == "disagrees"
+
+
+def test_cross_entropy_rows_put_the_first_order_split_beside_the_measured_one():
+    """The first-order split of the run (its tangent along the twin) is added after the run: its
+    rate over the measured window and its split step become two rows beside the run's."""
+    from simulate.incremental.tangent_split import TangentSplit
+
+    steps = np.arange(10.0, 460.0, 10.0)
+    first = TangentSplit(steps, 1e-12 * np.exp(0.06 * steps), np.zeros((45, 3)), 440.0)
+    part = {
+        "classes_visited": [1, 2, 3],
+        "rows": [],
+        "heads_split_step": 450.0,
+        "splitting": {"window": [234.0, 400.0], "rate_predicted": 0.0686, "rate_measured": 0.0588},
+    }
+    part = compare_cross_entropy.with_first_order(part, first)
+    assert part["splitting"]["rate_first_order"] == pytest.approx(0.06)
+    rows = {p.quantity: p for p in compare_cross_entropy.predictions(part)}
+    split = _one(rows, "heads split (step), first order")
+    assert (split.predicted, split.measured, split.verdict()) == (440.0, 450.0, "agrees")
+    rate = _one(rows, "rate on the stage-1 plateau, first order")
+    assert rate.predicted == pytest.approx(0.06) and rate.measured == 0.0588
+    # a run without a measured window (no split): the first-order rate is not read
+    part["splitting"]["window"] = [234.0, float("nan")]
+    assert np.isnan(
+        compare_cross_entropy.with_first_order(part, first)["splitting"]["rate_first_order"]
+    )

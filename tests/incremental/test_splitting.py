@@ -1,5 +1,5 @@
 """The linearised split (theory.incremental.splitting) against the update rules it comes from, and
-the head-splitting rate and split step of the minimal transformer
+the head-splitting rate of the minimal transformer
 (simulate.incremental.plateau_splitting) on a tiny run."""
 
 import math
@@ -22,9 +22,7 @@ from simulate.incremental.markov_training import (
 )
 from simulate.incremental.plateau_splitting import (
     PROBE_KEY,
-    SplittingRate,
     _states_at,
-    predicted_split,
     splitting_rates,
     symmetric_copy,
 )
@@ -96,21 +94,6 @@ def test_bad_rate_input(field, kwargs):
     assert err.value.field == field
 
 
-def _rate(step: int, rate: float, a0: float, split: float) -> SplittingRate:
-    return SplittingRate(step, -1.0, 0.1, rate, a0, split)
-
-
-def test_predicted_split_integrates_the_rate_to_the_split_amplitude():
-    # ln a grows by 0.05 per step from ln 1e-6 until ln 1e-1: 11.51 / 0.05 = 230 steps
-    rates = [_rate(s, 0.05, 1e-6, 1e-1) for s in (100, 200, 300)]
-    assert predicted_split(rates) == pytest.approx(math.log(1e5) / 0.05)
-    # a faster rate from step 101 on: 5 + 0.075 (trapezoid over 100-101) + 0.1 (t - 101)
-    rates = [_rate(100, 0.05, 1e-6, 1e-1), _rate(101, 0.1, 1e-6, 1e-1)]
-    rates.append(_rate(400, 0.1, 1e-6, 1e-1))
-    assert predicted_split(rates) == pytest.approx(101 + (math.log(1e5) - 5.075) / 0.1)
-    assert np.isnan(predicted_split(rates[:1]))  # not reached by step 100
-
-
 TINY = MarkovTrainConfig(
     vocab=6, blocks=(1, 1), generated=4, heads=2, batch=64, validation=64, steps=40, chunk=20
 )
@@ -125,7 +108,6 @@ def test_adamw_rate_on_a_tiny_run_is_that_of_its_own_eigenvalue():
     (at,) = splitting_rates(TINY, [20], probe=128, tol=1e-6)
     assert at.step == 20 and math.isfinite(at.eigenvalue)
     assert at.mu == pytest.approx(-TINY.learning_rate * at.eigenvalue)
-    assert at.initial_amplitude > 0 and at.split_amplitude > 0
     if at.mu > 0:
         want = splitting_rate(at.mu, TINY.beta1, TINY.learning_rate * TINY.weight_decay)
         assert at.rate == pytest.approx(want)
