@@ -23,7 +23,7 @@ from typing import Any
 from figures.core.figure import Figure
 from figures.reproduce_executors import Executor, Job, error_text, executor, outcome
 from figures.reproduce_progress import Progress
-from simulate.store import RunLock, _write_json, check_output, git_revision, read_json, read_summary
+from simulate.store import RunLock, check_output, git_revision, read_json, read_summary, write_json
 from theory.validation import require
 
 RECORD = "reproduce.json"
@@ -174,10 +174,10 @@ def reproduce(
     }
     print(f"reproduce directory: {given}", flush=True)
     with RunLock(out), executor(executor_name, address, workers) as pool:
-        _write_json(out / RECORD, record)
+        write_json(out / RECORD, record)
         signum = _run(chosen, pool, workers, quiet, out, record)
         record["finished"] = _now()
-        _write_json(out / RECORD, record)
+        write_json(out / RECORD, record)
     ok = _summarise(record["figures"], chosen.records, given)
     ok = _report(out) and ok
     return 128 + signum if signum else (0 if ok else 1)
@@ -200,7 +200,7 @@ def _run(
 
     def finish(job: Job, result: dict) -> None:
         figures[job.figure_id] = {**figures[job.figure_id], **result}
-        _write_json(out / RECORD, record)
+        write_json(out / RECORD, record)
         progress.end(job.figure_id, result["status"], result["wall_seconds"])
         if result["status"] == "failed":
             progress.note(f"  {result['error'].splitlines()[0]} (log: {job.log})")

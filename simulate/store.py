@@ -140,7 +140,7 @@ def read_json(path: Path, keys: tuple[str, ...] = ()) -> dict:
     return obj
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` atomically: a temporary file, fsync, rename."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as f:
@@ -369,7 +369,7 @@ class RunStore:
             ):
                 if path.exists():
                     shutil.rmtree(path)
-        _write_json(
+        write_json(
             self.path / "config.json",
             {
                 "experiment": experiment,
@@ -389,14 +389,14 @@ class RunStore:
 
     def update_config(self, **entries: Any) -> None:
         """Rewrite config.json with ``entries`` replaced (e.g. the seed ids a figure learnt)."""
-        _write_json(self.path / "config.json", {**self.config(), **entries})
+        write_json(self.path / "config.json", {**self.config(), **entries})
 
     @property
     def committed_path(self) -> Path:
         return self.path / "committed.json"
 
     def _commit(self, rows: int | None) -> None:
-        _write_json(self.committed_path, {"rows": "all" if rows is None else rows})
+        write_json(self.committed_path, {"rows": "all" if rows is None else rows})
 
     def committed(self) -> int | None:
         """Committed trajectory rows; None when the whole trajectory is committed (written at
@@ -470,7 +470,7 @@ class RunStore:
             shutil.rmtree(tmp)
         tmp.mkdir()
         eqx.tree_serialise_leaves(tmp / STATE, state)
-        _write_json(tmp / "meta.json", {"step": step, "rows": rows})
+        write_json(tmp / "meta.json", {"step": step, "rows": rows})
         _fsync_tree(tmp, 0.0)
         _replace_dir(tmp, self.checkpoint_path)
 
@@ -555,7 +555,7 @@ class RunStore:
 
     def write_summary(self, summary: dict) -> None:
         """Write summary.json (non-finite floats as the strings "nan", "inf")."""
-        _write_json(self.path / "summary.json", summary)
+        write_json(self.path / "summary.json", summary)
 
 
 def read_summary(path: Path | str) -> dict:
