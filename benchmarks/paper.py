@@ -5,19 +5,25 @@ go one after the other, so their projections add. Beside it the arithmetic: XLA'
 one seed's training step (``cost_analysis()``, forward, backward and optimizer) times the
 figure's seed-steps, and the time that work takes at the float32 matmul peak measured in the
 same run, the floor no CPU implementation can go below here. Not counted: data generation,
-logging I/O and the figure's own analysis (seconds against the hours projected).
+logging I/O and the figure's own analysis (seconds against the hours projected). Each run is
+probed in its own process (``python -m benchmarks.paper FIGURE INDEX``), so that one the machine
+cannot hold is reported as failed, with its peak memory, instead of ending the benchmark, and
+each run's projection is printed to stderr as it comes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from functools import partial
 
 from benchmarks.peak import matmul_peak
-from benchmarks.table import Row
+from benchmarks.table import Row, format_table
 from benchmarks.transformer import lowered, step_of, xla_flops
 
 PROBE_LOGS = 1
@@ -110,32 +116,84 @@ def run_projection(cfg, logs: int) -> tuple[float, float, float]:
     )
 
 
+def run_row(figure_id: str, index: int) -> dict:
+    """One run's projection and FLOP count, for ``measure``'s subprocess (stdout, JSON)."""
+    cfg = FIGURES[figure_id]()[index]
+    seconds, compile_s, seed_steps = run_projection(cfg, PROBE_LOGS)
+    return {
+        "seconds": seconds,
+        "compile": compile_s,
+        "flop": step_flops(cfg) * seed_steps,
+    }
+
+
+def isolated(figure_id: str, index: int) -> tuple[dict | None, float]:
+    """``run_row`` in a subprocess, so that a run the machine cannot hold (the kernel's
+    out-of-memory killer) costs that run and not the table: (its result or None, its peak
+    resident memory in GiB)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.paper", figure_id, str(index)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    peak = usage.ru_maxrss / 2**20  # KiB on Linux
+    if proc.returncode != 0:
+        return None, peak
+    return json.loads(out.strip().splitlines()[-1]), peak
+
+
 def measure(mode: str, figure_ids: list[str] | None = None) -> list[Row]:
-    logs = PROBE_LOGS
     ids = figure_ids or (list(FIGURES) if mode == "full" else ["emergence-linear-map"])
     peak = matmul_peak(2048 if mode == "full" else 1024, 3)
     rows = []
     for figure_id in ids:
-        runs = FIGURES[figure_id]()
-        seconds = compile_s = flop = 0.0
-        for i, cfg in enumerate(runs):
-            print(f"  {figure_id}: run {i + 1}/{len(runs)}", file=sys.stderr, flush=True)
-            run_s, comp, seed_steps = run_projection(cfg, logs)
-            seconds, compile_s = seconds + run_s, compile_s + comp
-            flop += step_flops(cfg) * seed_steps
-        floor = flop / peak
-        print(f"  {figure_id}: {seconds / 3600:.2f} h projected", file=sys.stderr, flush=True)
-        rows.append(
-            Row(
-                "paper setting, projected wall",
-                f"{figure_id} ({len(runs)} runs)",
-                seconds / 3600,
-                "h",
-                floor / 3600,
-                seconds / floor,
-                f"{logs} logged chunk(s) per run timed and scaled to its steps; compile "
-                f"{compile_s:.0f} s; {flop:.3g} FLOP (XLA), baseline: that at the measured "
-                f"float32 matmul peak {peak / 1e9:.0f} GFLOP/s (ratio: projected / floor)",
+        n = len(FIGURES[figure_id]())
+        seconds = compile_s = flop = memory = 0.0
+        failed = []
+        for i in range(n):
+            result, rss = isolated(figure_id, i)
+            memory = max(memory, rss)
+            if result is None:
+                failed.append(i + 1)
+                print(f"  {figure_id}: run {i + 1}/{n} failed ({rss:.1f} GiB)", file=sys.stderr)
+                continue
+            seconds, compile_s = seconds + result["seconds"], compile_s + result["compile"]
+            flop += result["flop"]
+            print(
+                f"  {figure_id}: run {i + 1}/{n}: {result['seconds'] / 3600:.3f} h projected, "
+                f"{result['flop']:.3g} FLOP, {rss:.1f} GiB",
+                file=sys.stderr,
+                flush=True,
             )
+        floor = flop / peak
+        note = (
+            f"{PROBE_LOGS} logged chunk(s) per run timed and scaled to its steps; compile "
+            f"{compile_s:.0f} s; {flop:.3g} FLOP (XLA), baseline: that at the measured float32 "
+            f"matmul peak {peak / 1e9:.0f} GFLOP/s (ratio: projected / floor); peak memory of a "
+            f"run {memory:.1f} GiB"
         )
+        if failed:
+            note += f"; runs {failed} failed (out of memory?), left out of both sums"
+        row = Row(
+            "paper setting, projected wall",
+            f"{figure_id} ({n} runs)",
+            seconds / 3600,
+            "h",
+            floor / 3600,
+            seconds / floor if floor else float("nan"),
+            note,
+        )
+        print(format_table([row]), file=sys.stderr, flush=True)
+        rows.append(row)
     return rows
+
+
+if __name__ == "__main__":
+    from simulate.runtime import configure
+
+    configure()
+    print(json.dumps(run_row(sys.argv[1], int(sys.argv[2]))))

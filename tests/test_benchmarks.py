@@ -145,3 +145,12 @@ def test_paper_family_can_be_restricted_to_one_figure_and_rejects_unknown_ids(ca
     with pytest.raises(SystemExit):
         selection(["paper:incremental-ode"])  # not a figure the paper family projects
     assert "paper:incremental-ode" in capsys.readouterr().err
+
+
+def test_a_paper_run_that_dies_is_reported_with_its_memory_and_the_table_goes_on():
+    """Each run is probed in its own process: one that fails (here: an index past the figure's
+    runs; on the machine, the out-of-memory killer) gives no result and its peak memory."""
+    from benchmarks.paper import isolated
+
+    result, peak_gib = isolated("emergence-linear-map", 99)
+    assert result is None and 0 < peak_gib < 64
