@@ -50,14 +50,6 @@ def test_first_order_masses_are_the_runs_while_the_split_is_small(optimizer):
     np.testing.assert_allclose(first.spread, spread, rtol=1e-5)
 
 
-def test_first_order_split_is_linear_in_the_init_scale():
-    """The twin does not depend on q and the tangent is linear in the initial difference: ten
-    times q, ten times the spread (while it is first order)."""
-    one = tangent_split(TINY)
-    ten = tangent_split(replace(TINY, query_scale=1e-5))
-    np.testing.assert_allclose(ten.spread, 10 * one.spread, rtol=1e-9)
-
-
 def test_rate_is_the_log_slope_of_the_spread():
     steps = np.arange(10, 110, 10)
     split = TangentSplit(steps, 1e-8 * np.exp(0.05 * steps), np.zeros((10, 2)), np.nan)
