@@ -1,6 +1,7 @@
 """How fast AdamW, SGD with momentum or GD split the heads of the minimal transformer on the Markov
-chain at the stage-1 plateau, and when the heads split (issue 17 item 4;
-``theory.incremental.splitting``; spec incremental.md §3.1, §4, §5.3).
+chain at the stage-1 plateau, the optimizer linearised with its coefficients frozen at one step
+(issue 17 item 4; ``theory.incremental.splitting``; spec incremental.md §3.1, §4, §5.3; when the
+heads split, to first order with nothing frozen: ``simulate.incremental.tangent_split``).
 
 The exactly symmetric copy of a run (``q = 0``, float64) is trained with the run's own optimizer
 to a step of the plateau; there the most negative eigenvalue of ``P^(1/2) H_a P^(1/2)`` (``H_a``
@@ -51,8 +52,8 @@ in 74 s instead of 105 s)."""
 LANCZOS_VECTORS = 8
 """Lanczos vectors per restart (ARPACK's ncv; its default is 20). Each eigenvalue after the first
 starts from the previous step's eigenvector (the plateau moves slowly), the first from a fixed
-random vector, so the rates are the same from run to run (ARPACK's own random start moved them
-by about 1e-4 relative). Seven eigenvalues along a plateau took 103 Hessian-vector products
+random vector, so the rates are the same from run to run (with ARPACK's own random start they
+were not). Seven eigenvalues along a plateau took 103 Hessian-vector products
 instead of 157 (each 0.46 s: 2048 sequences in float64)."""
 PROBE_KEY = 7
 """key of the sequences the Hessian is averaged over (drawn from the run's teacher)."""
