@@ -62,8 +62,6 @@ class TangentSplit:
     spread: np.ndarray
     """first-order split: max over blocks of the largest minus the smallest head's first-order
     block mass."""
-    twin_mass: np.ndarray
-    """(step, block): the twin's block masses (every head's)."""
     split: float
     """``TANGENT_SPLIT_RULE``'s step; nan when the spread stays below ``SPLIT_MASS``."""
 
@@ -127,14 +125,13 @@ def tangent_split(cfg: MarkovTrainConfig, seed: int | None = None) -> TangentSpl
         return carry, m, dm
 
     carry = (twin_start, state, delta, jax.tree.map(_zero_tangent, state), keys["data"][0])
-    steps, spread, twin_mass = [], [], []
+    steps, spread = [], []
     for step in range(cfg.log_every, cfg.steps + 1, cfg.log_every):
         carry, m, dm = interval(carry)
         first = np.asarray(m + dm)
         steps.append(step)
         spread.append(float(np.max(first.max(axis=0) - first.min(axis=0))))
-        twin_mass.append(np.asarray(m).mean(axis=0))
         if spread[-1] > SPLIT_MASS:
             break
     split = float(steps[-1]) if spread and spread[-1] > SPLIT_MASS else math.nan
-    return TangentSplit(np.array(steps), np.array(spread), np.array(twin_mass), split)
+    return TangentSplit(np.array(steps), np.array(spread), split)

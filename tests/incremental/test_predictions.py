@@ -390,7 +390,7 @@ def test_cross_entropy_rows_put_the_first_order_split_beside_the_measured_one():
     from simulate.incremental.tangent_split import TangentSplit
 
     steps = np.arange(10.0, 460.0, 10.0)
-    first = TangentSplit(steps, 1e-12 * np.exp(0.06 * steps), np.zeros((45, 3)), 440.0)
+    first = TangentSplit(steps, 1e-12 * np.exp(0.06 * steps), 440.0)
     part = {
         "classes_visited": [1, 2, 3],
         "rows": [],
