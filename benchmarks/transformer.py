@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 
 from simulate.incremental.full_transformer import FullTransformer
 from simulate.incremental.markov_training import MarkovTrainConfig, optimizer, problem
+from simulate.train import optimizer_step
 
 PAPER_BATCH = 3000
 
@@ -64,13 +65,7 @@ def step_of(prob: Any, opt: Any) -> Step:
     k_init, k_noise = jax.random.split(jax.random.PRNGKey(0))
     params = prob.init(k_init, k_noise)
 
-    def step(params, opt_state, key):
-        loss, g = prob.loss_and_direction(params, key)
-        # as the trainer: optax's Adam bias correction needs standard dtype promotion
-        with jax.numpy_dtype_promotion("standard"):
-            updates, opt_state = opt.update(g, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
+    step = partial(optimizer_step, prob.loss_and_direction, opt)
     return Step(jax.jit(step), params, opt.init(params), params)
 
 

@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import jax
@@ -152,6 +153,23 @@ def _hoisted(fn: Callable, *example: Any) -> tuple[Callable, list[jax.Array]]:
     return converted, list(closed.consts)
 
 
+def optimizer_step(
+    loss_and_direction: Callable,
+    optimizer: optax.GradientTransformation,
+    params: Any,
+    opt_state: Any,
+    key: jax.Array,
+) -> tuple[Any, Any, jax.Array]:
+    """One training step as the trainer takes it: the loss and direction on the minibatch of
+    ``key``, the optimizer's update, the new parameters; ``(params, opt_state, loss)``."""
+    loss, g = loss_and_direction(params, key)
+    # optax's Adam bias correction computes python-float ** int32 count, which strict dtype
+    # promotion rejects; the third-party update is traced under standard promotion.
+    with jax.numpy_dtype_promotion("standard"):
+        updates, opt_state = optimizer.update(g, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
 def _chunk_program(
     problem: Problem,
     optimizer: optax.GradientTransformation,
@@ -168,12 +186,9 @@ def _chunk_program(
     def one_step(consts, carry):
         params, opt_state, key, step, bad, bad_kind = carry
         key, sub = jax.random.split(key)
-        loss, g = loss_and_direction(consts, params, sub)
-        # optax's Adam bias correction computes python-float ** int32 count, which strict dtype
-        # promotion rejects; the third-party update is traced under standard promotion.
-        with jax.numpy_dtype_promotion("standard"):
-            updates, opt_state = optimizer.update(g, opt_state, params)
-        params = optax.apply_updates(params, updates)
+        params, opt_state, loss = optimizer_step(
+            partial(loss_and_direction, consts), optimizer, params, opt_state, sub
+        )
         loss_ok, params_ok = jnp.isfinite(loss), _all_finite(params)
         first = (bad < 0) & ~(loss_ok & params_ok)
         bad = jnp.where(first, step, bad)

@@ -39,7 +39,7 @@ from simulate.incremental.markov_training import (
     problem,
 )
 from simulate.measure.fits import linear_slope
-from simulate.train import seed_streams
+from simulate.train import optimizer_step, seed_streams
 from theory.incremental.splitting import splitting_rate
 from theory.validation import require
 
@@ -117,14 +117,12 @@ def _states_at(cfg: MarkovTrainConfig, steps: list[int]):
     def one(carry, _):
         params, state, key = carry
         key, sub = jax.random.split(key)
-        _, grad = prob.loss_and_direction(params, sub)
-        updates, state = opt.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state, key), None
+        params, state, _ = optimizer_step(prob.loss_and_direction, opt, params, state, sub)
+        return (params, state, key), None
 
     @partial(jax.jit, static_argnums=1)
     def advance(carry, length):
-        with jax.numpy_dtype_promotion("standard"):  # optax mixes a float with its int count
-            return jax.lax.scan(one, carry, None, length=length)[0]
+        return jax.lax.scan(one, carry, None, length=length)[0]
 
     carry, done = (params, opt.init(params), keys["data"][0]), 0
     for step in steps:

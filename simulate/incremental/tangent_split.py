@@ -40,7 +40,8 @@ from simulate.incremental.markov_training import (
     problem,
 )
 from simulate.incremental.plateau_splitting import symmetric_copy
-from simulate.train import seed_streams
+from simulate.measure.fits import linear_slope
+from simulate.train import optimizer_step, seed_streams
 from theory.validation import require
 
 EPS_ROOT = 1e-30
@@ -68,9 +69,7 @@ class TangentSplit:
     def rate(self, lo: float, hi: float) -> float:
         """Least-squares slope of ln(spread) over the logged steps in [lo, hi] (per step)."""
         inside = (self.steps >= lo) & (self.steps <= hi) & (self.spread > 0)
-        if inside.sum() < 2:
-            return float("nan")
-        return float(np.polyfit(self.steps[inside], np.log(self.spread[inside]), 1)[0])
+        return linear_slope(self.steps[inside], np.log(self.spread[inside]))
 
 
 def _zero_tangent(x):
@@ -106,11 +105,7 @@ def tangent_split(cfg: MarkovTrainConfig, seed: int | None = None) -> TangentSpl
         key, sub = jax.random.split(key)
 
         def step(params, state):
-            _, grad = prob.loss_and_direction(params, sub)
-            # optax's Adam bias correction mixes a float with its int count
-            with jax.numpy_dtype_promotion("standard"):
-                updates, state = opt.update(grad, state, params)
-            return optax.apply_updates(params, updates), state
+            return optimizer_step(prob.loss_and_direction, opt, params, state, sub)[:2]
 
         (params, state), (d_params, d_state) = jax.jvp(step, (params, state), (d_params, d_state))
         return (params, state, d_params, d_state, key), None
