@@ -66,9 +66,9 @@ def test_only_the_one_layer_minimal_model_splits_to_first_order():
 @pytest.mark.slow
 def test_first_order_split_is_the_runs_split():
     """d = 8, spans (2, 2, 2), q = 1e-6, AdamW: the run's heads split by the heads-split rule
-    within 400 steps (at 340), and at the same logged step to first order. (The frozen-coefficient predictor this
-    one replaced said 337.6 here; where it missed, on the head-dynamics quick run, 354 against
-    450, the figure's test checks the first-order split.)"""
+    within 400 steps (at 340), and at the same logged step to first order. (The
+    frozen-coefficient predictor this one replaced said 337.6 here; where it missed, on the
+    head-dynamics quick run, 354 against 450, the figure's test checks the first-order split.)"""
     cfg = MarkovTrainConfig(
         vocab=8,
         batch=64,
