@@ -81,7 +81,7 @@ def compare(cfg: RegressionConfig, output: RunOutput, label: str) -> tuple[xr.Da
             f"{label}_ode_loss": (("seed", f"{label}_time"), cfg.D * ode.loss),
             f"{label}_ode_block_mass": (
                 ("seed", f"{label}_time", "head", "block"),
-                _block_mass(ode.s, setting),
+                np.asarray(ode.s) @ setting.block_indicator(),
             ),
         },
         coords={"seed": cfg.seed_ids, f"{label}_step": ds["step"].values, f"{label}_time": grid},
@@ -146,13 +146,6 @@ def predictions(part: dict, label: str) -> list[Prediction]:
             ),
         ]
     return rows
-
-
-def _block_mass(s: np.ndarray, setting) -> np.ndarray:
-    lag_block = np.zeros((setting.window, setting.h))
-    for j in range(setting.h):
-        lag_block[list(setting.lags(j)), j] = 1.0
-    return s @ lag_block
 
 
 def _mean(x) -> float:

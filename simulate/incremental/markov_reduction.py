@@ -13,9 +13,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from simulate.incremental.head_ode import solve
-from simulate.incremental.markov_training import MarkovTrainConfig, build_model
+from simulate.incremental.markov_training import (
+    SPLIT_MASS,
+    MarkovTrainConfig,
+    build_model,
+    head_gaps,
+)
 from simulate.incremental.minimal_transformer import MinimalTransformer
 from simulate.measure.stages import RULE as ODE_STAGE_RULE
+from simulate.measure.stages import first_crossing
 from simulate.train import seed_streams
 from theory.incremental.heads import HeadSetting
 
@@ -23,7 +29,12 @@ PREDICTION_RULE = (
     "reduced head system (theory.incremental.heads, logit metric) with the task's blocks and "
     "importances c_k over the L lags the last query sees, v(0) = 0, theta(0) = the "
     "network's initial positional logits W_Q^k[d + L - i, d + L - 1] / sqrt(D) "
-    f"(i = 1..L) of the same seed; stage k: {ODE_STAGE_RULE}; ODE time x one factor"
+    f"(i = 1..L) of the same seed; stage k: {ODE_STAGE_RULE}"
+)
+ODE_SPLIT_RULE = (
+    "the reduced system's heads split: first time two heads' block masses differ by more than "
+    f"{SPLIT_MASS}; all apart: first time every two heads differ by more than {SPLIT_MASS} on "
+    "some block (log-linear interpolation between saved times)"
 )
 
 
@@ -82,10 +93,14 @@ def ode_block_mass(cfg: MarkovTrainConfig) -> tuple[np.ndarray, np.ndarray, np.n
     )
     eps = cfg.query_scale if cfg.query_scale else setting.window * 1e-6
     batch = solve(setting, [eps], [cfg.seed], t_max=5000.0, n_save=1500)
-    lag_block = np.zeros((setting.window, setting.h))
-    for j in range(setting.h):
-        lag_block[list(setting.lags(j)), j] = 1.0
-    return batch.ts, batch.s[0] @ lag_block, batch.v[0]
+    return batch.ts, batch.s[0] @ setting.block_indicator(), batch.v[0]
+
+
+def ode_split_times(setting: HeadSetting, ts: ArrayLike, s: ArrayLike) -> np.ndarray:
+    """``ODE_SPLIT_RULE`` per trajectory of ``s`` (batch, time, head, lag) saved at ``ts``:
+    (batch, 2), the heads' split and the time every two heads are apart."""
+    gaps = head_gaps(np.asarray(s) @ setting.block_indicator())  # (batch, time) each
+    return np.array([[first_crossing(ts, -g, -SPLIT_MASS) for g in pair] for pair in zip(*gaps)])
 
 
 def match_heads(train_final: np.ndarray, ode_final: np.ndarray) -> tuple[int, ...]:

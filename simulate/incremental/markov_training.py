@@ -17,6 +17,7 @@ the head-asymmetry norm max_{h,h'} ||W_Q^h - W_Q^h'||_F.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -579,6 +580,10 @@ SPLIT_RULE = (
     "first logged step at which two heads' block masses (last query, first layer) "
     f"differ by more than {SPLIT_MASS}"
 )
+APART_RULE = (
+    "first logged step at which every two heads' block masses (last query, first layer) "
+    f"differ by more than {SPLIT_MASS} on some block"
+)
 STAGE_RULE = (
     "stage k starts at the first logged step where the validation loss falls below the "
     "midpoint of the class-(k-1) and class-k levels (class 0 = uniform, ln d; class k = "
@@ -599,14 +604,38 @@ def ladder_steps(steps: ArrayLike, kl: ArrayLike) -> list[float]:
     return out
 
 
+def head_gaps(block_mass: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Over the heads of ``block_mass`` (..., head, block): the widest gap (max over blocks of the
+    largest minus the smallest head's mass; ``SPLIT_RULE``) and the narrowest (min over pairs of
+    heads of the max over blocks of their difference; ``APART_RULE``)."""
+    mass = np.asarray(block_mass)
+    widest = np.max(mass.max(axis=-2) - mass.min(axis=-2), axis=-1)
+    pairs = itertools.combinations(range(mass.shape[-2]), 2)
+    narrowest = np.min(
+        [np.max(np.abs(mass[..., a, :] - mass[..., b, :]), axis=-1) for a, b in pairs], axis=0
+    )
+    return widest, narrowest
+
+
 def split_step(steps: ArrayLike, block_mass: ArrayLike) -> float:
     """Per ``SPLIT_RULE``; ``block_mass`` is (step, head, block) or (step, layer, head, block)."""
-    steps, block_mass = np.asarray(steps), np.asarray(block_mass)
-    if block_mass.ndim == 4:
-        block_mass = block_mass[:, 0]
-    spread = np.max(block_mass, axis=1) - np.min(block_mass, axis=1)
-    hit = np.nonzero(np.max(spread, axis=-1) > SPLIT_MASS)[0]
-    return float(steps[hit[0]]) if hit.size else float("nan")
+    return first_above(steps, head_gaps(_first_layer(block_mass))[0])
+
+
+def apart_step(steps: ArrayLike, block_mass: ArrayLike) -> float:
+    """Per ``APART_RULE``; ``block_mass`` as in ``split_step``."""
+    return first_above(steps, head_gaps(_first_layer(block_mass))[1])
+
+
+def _first_layer(block_mass: ArrayLike) -> np.ndarray:
+    block_mass = np.asarray(block_mass)
+    return block_mass[:, 0] if block_mass.ndim == 4 else block_mass
+
+
+def first_above(steps: ArrayLike, gap: ArrayLike) -> float:
+    """The first of ``steps`` at which ``gap`` exceeds ``SPLIT_MASS`` (nan if none)."""
+    hit = np.nonzero(np.asarray(gap) > SPLIT_MASS)[0]
+    return float(np.asarray(steps)[hit[0]]) if hit.size else float("nan")
 
 
 def summarize(cfg: MarkovTrainConfig, data: MarkovData, ds: xr.Dataset) -> dict:

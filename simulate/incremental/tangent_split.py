@@ -23,10 +23,10 @@ whose tangent is zero too. The twin's AdamW therefore takes ``sqrt(v + EPS_ROOT)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,6 +36,8 @@ from simulate.incremental.markov_training import (
     SPLIT_MASS,
     MarkovTrainConfig,
     build_model,
+    first_above,
+    head_gaps,
     optimizer,
     problem,
 )
@@ -65,6 +67,9 @@ class TangentSplit:
     block mass."""
     split: float
     """``TANGENT_SPLIT_RULE``'s step; nan when the spread stays below ``SPLIT_MASS``."""
+    apart: float = math.nan
+    """``APART_RULE``'s step on the first-order masses (every two heads apart); nan when not
+    reached within ``steps``."""
 
     def rate(self, lo: float, hi: float) -> float:
         """Least-squares slope of ln(spread) over the logged steps in [lo, hi] (per step)."""
@@ -81,24 +86,42 @@ def _zero_tangent(x):
 
 
 def tangent_split(cfg: MarkovTrainConfig, seed: int | None = None) -> TangentSplit:
-    """``TANGENT_SPLIT_RULE`` for ``cfg``'s run of ``seed`` (default ``cfg.seed``): the twin and
-    the tangent advance one logged interval per compiled call and stop at the split or at
+    """``TANGENT_SPLIT_RULE`` for ``cfg``'s run of ``seed`` (default ``cfg.seed``)."""
+    q = cfg.query_scale
+    require(q is not None, "query_scale", q, "a query-init scale q (W_Q ~ U(-q, q), W_V = 0)")
+    return tangent_splits(cfg, (cast(float, q),), seed)[0]
+
+
+def tangent_splits(
+    cfg: MarkovTrainConfig,
+    scales: Sequence[float],
+    seed: int | None = None,
+    until_apart: bool = False,
+) -> tuple[TangentSplit, ...]:
+    """``TANGENT_SPLIT_RULE`` for ``cfg``'s run of ``seed`` (default ``cfg.seed``) at each query
+    scale q of ``scales``, from one tangent: the twin (q = 0) is the same for every q and
+    ``delta_0`` is q times the draw at q = 1 (W_Q ~ U(-q, q) = q U(-1, 1), W_V = 0), so the
+    first-order masses are ``mass(twin_t) + q d mass . J_t delta_1``. The twin and the tangent
+    advance one logged interval per compiled call and stop when every q has split (with
+    ``until_apart``: has every two heads apart, ``markov_training.APART_RULE``) or at
     ``cfg.steps``."""
     require(cfg.model == "minimal", "model", cfg.model, "minimal (the first-order head split)")
     require(cfg.layers == 1, "layers", cfg.layers, "1 (the first-order head split)")
     require(cfg.heads >= 2, "heads", cfg.heads, "at least 2 heads to split")
+    require(
+        len(scales) > 0 and all(q >= 0 for q in scales),
+        "query_scale",
+        tuple(scales),
+        "one or more query-init scales q >= 0",
+    )
     seed = cfg.seed if seed is None else seed
     twin = replace(symmetric_copy(cfg), seed=seed)
     keys = seed_streams([seed])
-    # the run's own draw (in its own precision), then float64 like the twin
-    start = jax.tree.map(
-        lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
-        build_model(cfg, keys["init"][0]),
-    )
+    unit = build_model(replace(twin, query_scale=1.0), keys["init"][0])
     twin_start = build_model(twin, keys["init"][0])
     prob, opt = problem(twin), optimizer(twin, eps_root=EPS_ROOT)
     state = opt.init(cast(optax.Params, twin_start))
-    delta = jax.tree.map(lambda a, b: a - b, start, twin_start)
+    delta = jax.tree.map(lambda a, b: a - b, unit, twin_start)
 
     def one(carry, _):
         params, state, d_params, d_state, key = carry
@@ -119,14 +142,28 @@ def tangent_split(cfg: MarkovTrainConfig, seed: int | None = None) -> TangentSpl
         m, dm = jax.jvp(mass, (carry[0],), (carry[2],))
         return carry, m, dm
 
+    q = np.asarray(scales, float)[:, None, None]
     carry = (twin_start, state, delta, jax.tree.map(_zero_tangent, state), keys["data"][0])
-    steps, spread = [], []
+    steps, widest, narrowest = [], [], []
+    gap = narrowest if until_apart else widest
     for step in range(cfg.log_every, cfg.steps + 1, cfg.log_every):
         carry, m, dm = interval(carry)
-        first = np.asarray(m + dm)
+        wide, narrow = head_gaps(np.asarray(m) + q * np.asarray(dm))  # (scale,) each
         steps.append(step)
-        spread.append(float(np.max(first.max(axis=0) - first.min(axis=0))))
-        if spread[-1] > SPLIT_MASS:
+        widest.append(wide)
+        narrowest.append(narrow)
+        if np.all(np.max(gap, axis=0) > SPLIT_MASS):
             break
-    split = float(steps[-1]) if spread and spread[-1] > SPLIT_MASS else math.nan
-    return TangentSplit(np.array(steps), np.array(spread), split)
+    steps = np.array(steps)
+    return tuple(
+        _split(steps, w, n, until_apart) for w, n in zip(np.array(widest).T, np.array(narrowest).T)
+    )
+
+
+def _split(steps: np.ndarray, widest: np.ndarray, narrowest: np.ndarray, until_apart: bool):
+    """One scale's ``TangentSplit``: its trace cut at its split (or, ``until_apart``, at the
+    step every two heads are apart)."""
+    split, apart = (first_above(steps, g) for g in (widest, narrowest))
+    end = apart if until_apart else split
+    keep = steps <= end if math.isfinite(end) else np.ones(steps.shape, bool)
+    return TangentSplit(steps[keep], widest[keep], split, apart)

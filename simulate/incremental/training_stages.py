@@ -46,8 +46,13 @@ CALIBRATION_RULE = (
     "over the stages and seeds of the grid point nearest (q = 1e-9, m = 1.7) (the m "
     "nearest 1.7, then the q nearest 1e-9 in ln q); used unchanged elsewhere"
 )
+TIME_MAP_RULE = (
+    "derived time map: steps per unit ODE time of each grid point and seed = the heads' split "
+    "step to first order in q over the reduced system's split time from the same initial "
+    "logits; predicted boundary = ODE time x that map; no constant fitted to a run"
+)
 DEFAULT_POINT = (1e-9, 1.7)
-"""(q, m) of the paper's default run, where the time scale is calibrated."""
+"""(q, m) of the paper's default run, where the old time scale is calibrated."""
 
 
 def stage1_step(steps: ArrayLike, val_loss: ArrayLike, ln_d: float, a1_loss: float) -> float:

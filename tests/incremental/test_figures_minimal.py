@@ -1,6 +1,7 @@
 """Figures of the minimal transformer on the Markov chain: incremental-minimal, -init-scale,
 -importance and the training half of incremental-timing (spec incremental.md §7)."""
 
+import itertools
 import math
 
 import numpy as np
@@ -214,9 +215,21 @@ def test_incremental_timing_training_half_quick(tmp_path):
     assert main(["figure", "incremental-timing", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
     part = _summary(tmp_path, "incremental-timing")["training"]
     assert part["calibration_point"] == {"q": 1e-7, "m": 1.7}
-    assert part["steps_per_ode_time"] > 0
+    assert part["steps_per_ode_time_calibrated"] > 0
     rows = {(r["q"], r["m"], r["stage"]): r for r in part["rows"]}
     assert all(np.isfinite(rows[(1e-7, 1.7, k)]["measured_step"]) for k in (1, 2))
-    # smaller q: a longer plateau before the heads split, in training and in the prediction
-    for key in ("measured_step", "predicted_step"):
+    # smaller q: a longer plateau before the heads split, in training and in both predictions
+    for key in ("measured_step", "predicted_step", "calibrated_step"):
         assert rows[(1e-7, 1.7, 2)][key] > rows[(1e-3, 1.7, 2)][key]
+    # no constant fitted to a run: the heads split where the first-order tangent says, and
+    # stage 2 lasts what the derived time map says, at every point within 25% (issue 17)
+    assert len(part["split_rows"]) == 4
+    for r in part["split_rows"]:
+        assert abs(r["first_order_over_measured"] - 1) <= 0.25
+    for q, m in itertools.product((1e-3, 1e-7), (1.5, 1.7)):
+        assert abs(rows[(q, m, 2)]["duration_predicted_over_measured"] - 1) <= 0.25
+    # at q = 1e-7 the heads are all apart where first order says (at q = 1e-3 it misses)
+    for r in part["split_rows"]:
+        assert np.isfinite(r["measured_apart"]) and np.isfinite(r["ode_apart_time"])
+        if r["q"] == 1e-7:
+            assert abs(r["first_order_apart"] / r["measured_apart"] - 1) <= 0.25

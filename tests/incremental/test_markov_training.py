@@ -3,10 +3,13 @@ optimisers, precision, exact head symmetry, learned c-gram baselines, bad input.
 
 from dataclasses import replace
 
+import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis.extra.numpy import arrays
 
 from figures.cli import main
 from simulate.incremental.markov_training import (
@@ -121,6 +124,34 @@ def test_ladder_and_split_rules_on_constructed_curves():
     layered = np.stack([mass, np.full((7, 2, 3), 1 / 3)], axis=1)  # (step, layer, head, block)
     assert split_step(steps, layered) == 40.0
     assert np.isnan(split_step(steps, layered[:, ::-1]))  # the first layer decides
+
+
+def test_heads_apart_when_every_pair_is():
+    """Three heads: one leaves at step 20 (split), the other two part at step 40 (all apart)."""
+    from simulate.incremental.markov_training import apart_step, split_step
+
+    steps = np.arange(0, 60, 10)
+    mass = np.full((6, 3, 3), 1 / 3)
+    mass[2:, 0] = [0.8, 0.1, 0.1]
+    mass[4:, 2] = [0.2, 0.6, 0.2]
+    assert (split_step(steps, mass), apart_step(steps, mass)) == (20.0, 40.0)
+    assert np.isnan(apart_step(steps[:4], mass[:4]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(arrays(np.float64, (5, 3, 4), elements=st.floats(0, 1)), st.permutations(range(3)))
+def test_head_gaps_order_and_symmetry(mass, order):
+    """The narrowest gap between two heads never exceeds the widest, neither depends on the
+    heads' order, and so the heads are never all apart before they split."""
+    from simulate.incremental.markov_training import apart_step, head_gaps, split_step
+
+    widest, narrowest = head_gaps(mass)
+    assert np.all(narrowest <= widest)
+    for a, b in zip(head_gaps(mass[:, list(order)]), (widest, narrowest), strict=True):
+        np.testing.assert_array_equal(a, b)
+    steps = np.arange(5)
+    apart = apart_step(steps, mass)
+    assert np.isnan(apart) or split_step(steps, mass) <= apart
 
 
 def test_finite_training_set_is_overfitted(tmp_path):

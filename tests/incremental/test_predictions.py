@@ -150,11 +150,23 @@ def test_timing_rows_are_the_smallest_eps_the_end_m_and_the_training_axes():
         for m in train_ms
         for k in (1, 2)
     ]
+    for r in train_rows:
+        if r["stage"] == 2:
+            r.update({"predicted_duration": 100.0, "measured_duration": 90.0})
+    split_rows = [
+        {"q": q, "m": m, "first_order_split": 170.0, "measured_split": 180.0}
+        for q in qs
+        for m in train_ms
+    ]
     summary = {
         "grid": {"m": list(ms), "eps": list(epss)},
         "rows": rows,
         "sqrt_slopes": slopes,
-        "training": {"calibration_point": {"q": 1e-9, "m": 1.7}, "rows": train_rows},
+        "training": {
+            "calibration_point": {"q": 1e-9, "m": 1.7},
+            "rows": train_rows,
+            "split_rows": split_rows,
+        },
     }
     got = _rows(timing.FIGURE, summary)
     ode_rows = [p for q, p in got.items() if "ODE time" in q]
@@ -167,13 +179,17 @@ def test_timing_rows_are_the_smallest_eps_the_end_m_and_the_training_axes():
     assert _one(got, "t_1 (ODE time)", "logit", "m = 2").verdict() == "disagrees"  # 5% allowed
     slope = _one(got, "sqrt", "replicator", "m = 2")
     assert (slope.predicted, slope.measured, slope.verdict()) == (0.52, 0.5, "agrees")
-    # training: the calibration m across q and the calibration q across m, without the point
+    # training: nothing is fitted, so every point: the split, two boundaries, one duration
     train = {q: p for q, p in got.items() if "training" in q}
-    assert len(train) == (2 + 1) * 2
-    assert not any("q = 1e-09, m = 1.7" in q for q in train)
-    boundary = _one(got, "training stage 2", "q = 0.001, m = 1.7")
+    assert len(train) == 3 * 2 * (1 + 2 + 1)
+    assert any("q = 1e-09, m = 1.7" in q for q in train)
+    boundary = _one(got, "training stage 2 boundary", "q = 0.001, m = 1.7")
     assert (boundary.predicted, boundary.measured) == (200.0, 360.0)
-    assert boundary.verdict() == "disagrees"  # measured 1.8x the prediction, 50% allowed
+    assert boundary.verdict() == "disagrees"  # measured 1.8x the prediction, 25% allowed
+    duration = _one(got, "training stage 2 duration", "q = 1e-09, m = 1.5")
+    assert (duration.predicted, duration.measured, duration.verdict()) == (100.0, 90.0, "agrees")
+    split = _one(got, "training heads split", "q = 1e-07, m = 1.7")
+    assert (split.predicted, split.measured, split.tolerance) == (170.0, 180.0, 0.25)
 
 
 def test_timing_rows_put_the_apriori_and_sequential_times_beside_the_loss_midpoints():

@@ -9,7 +9,7 @@ import pytest
 
 from simulate.incremental.markov_training import MarkovTrainConfig, problem, split_step
 from simulate.incremental.plateau_splitting import _states_at
-from simulate.incremental.tangent_split import TangentSplit, tangent_split
+from simulate.incremental.tangent_split import TangentSplit, tangent_split, tangent_splits
 from theory.validation import ConfigError
 
 TINY = MarkovTrainConfig(
@@ -48,6 +48,23 @@ def test_first_order_masses_are_the_runs_while_the_split_is_small(optimizer):
     np.testing.assert_array_equal(first.steps, np.arange(10, 61, 10))
     assert np.all(spread > 0)
     np.testing.assert_allclose(first.spread, spread, rtol=1e-5)
+
+
+def test_one_tangent_serves_every_query_scale():
+    """The twin (q = 0) is the same for every q and the run's head differences are q times those
+    at q = 1: the tangent at q = 1e-6 and 1e-7 at once gives each run's own spread to O(q), and a
+    scale large enough to split at once (q = 3, first order only) has its trace cut there while
+    the others run on."""
+    small = (1e-6, 1e-7)
+    *firsts, big = tangent_splits(TINY, (*small, 3.0))
+    for q, first in zip(small, firsts, strict=True):
+        _, spread = _run_spread(replace(TINY, query_scale=q))
+        np.testing.assert_allclose(first.spread, spread, rtol=1e-5)
+        assert np.isnan(first.split)
+    assert (big.split, big.steps.tolist()) == (10.0, [10])
+    # on to every two heads apart (two heads: the split itself)
+    (apart,) = tangent_splits(TINY, (3.0,), until_apart=True)
+    assert apart.apart == apart.split == 10.0
 
 
 def test_rate_is_the_log_slope_of_the_spread():

@@ -159,6 +159,14 @@ class HeadSetting:
         start = sum(self.blocks[:j])
         return range(start, start + self.blocks[j])
 
+    def block_indicator(self) -> np.ndarray:
+        """(T x h): 1 where lag i lies in block j; attention over the lags times it is each
+        block's mass."""
+        indicator = np.zeros((self.window, self.h))
+        for j in range(self.h):
+            indicator[list(self.lags(j)), j] = 1.0
+        return indicator
+
     def block_of_lag(self, i: int) -> int | None:
         for j in range(self.h):
             if i in self.lags(j):
