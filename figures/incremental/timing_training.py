@@ -16,9 +16,11 @@ nearest the paper's default (q = 1e-9, m = 1.7) and used unchanged elsewhere.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -26,7 +28,7 @@ import xarray as xr
 from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
-from simulate.incremental.head_ode import plateau_levels, solve
+from simulate.incremental.head_ode import OdeBatch, plateau_levels, solve
 from simulate.incremental.markov_reduction import (
     ODE_SPLIT_RULE,
     PREDICTION_RULE,
@@ -51,7 +53,6 @@ from simulate.incremental.training_stages import (
     time_factor,
 )
 from simulate.runner import RunOutput
-from simulate.side_by_side import run_side_by_side
 from simulate.store import load, read_summary
 from theory.validation import require
 
@@ -123,47 +124,74 @@ class TrainingGrid:
         )
 
 
-def training_timing(grid: TrainingGrid, out: Path, quiet: bool) -> tuple[xr.Dataset, dict]:
-    """Train every grid point (seeds vmapped; points side by side, one per CPU device) and carry
-    each (m, seed)'s head differences along its symmetric twin to first order (one tangent serves
-    every q), measure the stage boundaries and the heads' split, integrate the reduced system from
-    the same initial logits (one vmapped solve) and map ODE time to steps twice: by the derived
-    map (``TIME_MAP_RULE``) and by the old calibrated factor (``CALIBRATION_RULE``)."""
+def jobs(grid: TrainingGrid, out: Path, quiet: bool) -> list[Callable[[], Any]]:
+    """The training half's independent work, to run side by side (``collect`` reads the results
+    in this order): the reduced system from every network's initial logits (one vmapped solve),
+    one tangent per (m, seed) serving every q (each longer than a run, so early), then every grid
+    point's run (seeds vmapped)."""
     qs, ms = list(grid.q), list(grid.m)
-    points = list(itertools.product(range(len(qs)), range(len(ms))))
     seeds = grid.config(qs[0], ms[0]).seed_ids
-    measured = runs = None
-    theta0, targets, levels, dtypes = [], [], [], {}
-    configs = [grid.config(qs[i], ms[j]) for i, j in points]
-    # the tangents first: each is longer than a run, and they share the devices with the runs
-    jobs: list = [
-        partial(tangent_splits, grid.config(qs[0], m), qs, s, until_apart=True)
-        for m in ms
-        for s in seeds
+    return [
+        partial(_reduced, grid),
+        *(
+            partial(tangent_splits, grid.config(qs[0], m), qs, s, until_apart=True)
+            for m in ms
+            for s in seeds
+        ),
+        *(
+            partial(
+                markov_training.run,
+                grid.config(qs[i], ms[j]),
+                RunOutput(out=Path(out) / f"q={qs[i]:g}_m={ms[j]:g}", quiet=quiet),
+            )
+            for i, j in _points(grid)
+        ),
     ]
-    jobs += [
-        partial(
-            markov_training.run,
-            cfg,
-            RunOutput(out=Path(out) / f"q={qs[i]:g}_m={ms[j]:g}", quiet=quiet),
-        )
-        for (i, j), cfg in zip(points, configs, strict=True)
-    ]
-    done = run_side_by_side(jobs)
-    tangents, paths = done[: len(ms) * len(seeds)], done[len(ms) * len(seeds) :]
+
+
+def _points(grid: TrainingGrid) -> list[tuple[int, int]]:
+    return list(itertools.product(range(len(grid.q)), range(len(grid.m))))
+
+
+def _reduced(grid: TrainingGrid) -> OdeBatch:
+    """The reduced system (logit metric) from the initial positional logits of every grid point
+    and seed, in ``_points`` then seed order."""
+    configs = [grid.config(grid.q[i], grid.m[j]) for i, j in _points(grid)]
+    settings = [reduced_setting(cfg) for cfg in configs]
+    n = len(configs) * grid.seeds
+    return solve(
+        settings[0],  # blocks, window and heads; the importances ride in the targets
+        np.zeros(n),
+        np.zeros(n, int),
+        grid.t_max,
+        n_save=ODE_SAVES,
+        targets=np.stack([s.target() for s in settings for _ in range(grid.seeds)]),
+        levels=np.stack([plateau_levels(s) for s in settings for _ in range(grid.seeds)]),
+        theta0=np.concatenate([initial_positional_logits(cfg) for cfg in configs]),
+    )
+
+
+def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
+    """From the results of ``jobs``: measure every run's stage boundaries, split and all-apart
+    steps, and map the reduced system's times to steps twice: by the derived map
+    (``TIME_MAP_RULE``) and by the old calibrated factor (``CALIBRATION_RULE``)."""
+    qs, ms = list(grid.q), list(grid.m)
+    points = _points(grid)
+    n_tangents = len(ms) * grid.seeds
+    ode, tangents, paths = done[0], done[1 : 1 + n_tangents], done[1 + n_tangents :]
+    setting = reduced_setting(grid.config(qs[0], ms[0]))
     # (m x seed, q, split/apart) -> (q, m, seed, split/apart)
     first = np.array([[(f.split, f.apart) for f in fs] for fs in tangents])
-    first = first.reshape(len(ms), len(seeds), len(qs), 2).transpose(2, 0, 1, 3)
+    first = first.reshape(len(ms), grid.seeds, len(qs), 2).transpose(2, 0, 1, 3)
     split = np.full(first.shape, np.nan)  # measured (q, m, seed, split/apart)
-    for (i, j), cfg, path in zip(points, configs, paths, strict=True):
+    measured, runs, dtypes = None, {}, {}
+    for (i, j), path in zip(points, paths, strict=True):
         ds, _ = load(path)
         summary = read_summary(path)
         yard = summary["yardstick_losses"]
         steps = ds["step"].values
         if measured is None:
-            h = ds.sizes["yardstick"]
-            measured = np.full((len(qs), len(ms), grid.seeds, h), np.nan)
-            runs = {}
+            measured = np.full((len(qs), len(ms), grid.seeds, ds.sizes["yardstick"]), np.nan)
         for s in range(grid.seeds):
             measured[i, j, s] = stage_boundaries(
                 steps,
@@ -174,22 +202,8 @@ def training_timing(grid: TrainingGrid, out: Path, quiet: bool) -> tuple[xr.Data
             )
             mass = ds["block_mass"].values[s]
             split[i, j, s] = split_step(steps, mass), apart_step(steps, mass)
-        setting = reduced_setting(cfg)
-        theta0.append(initial_positional_logits(cfg))
-        targets += [setting.target()] * grid.seeds
-        levels += [plateau_levels(setting)] * grid.seeds
         dtypes[f"q={qs[i]:g}, m={ms[j]:g}"] = summary["dtype"]
         runs[f"q={qs[i]:g}, m={ms[j]:g}"] = str(path)
-    ode = solve(
-        setting,
-        np.zeros(len(targets)),
-        np.zeros(len(targets), int),
-        grid.t_max,
-        n_save=ODE_SAVES,
-        targets=np.stack(targets),
-        levels=np.stack(levels),
-        theta0=np.concatenate(theta0),
-    )
     shape = (len(qs), len(ms), grid.seeds)
     ode_time = ode.crossings.reshape(*shape, -1)
     ode_split = ode_split_times(setting, ode.ts, ode.s).reshape(*shape, 2)
