@@ -1,8 +1,8 @@
 """Predicted against measured stages for cross-entropy training on the Markov chain with AdamW (spec
 incremental.md §5.8, §7; issue 4 item 5).
 
-AdamW has no time map to the reduced flow, so this comparison is of orders, levels, ratios and a
-rate:
+AdamW has no exact time map to the reduced flow, so this comparison is of orders, levels, ratios,
+rates and durations through a derived map:
 - order: the ladder of ``theory.incremental.heads.HeadSystem.ladder`` (blocks by importance)
   against the order in which the trained model's closest learned c-gram baseline (in KL) moves
   through the classes (the truncated teachers drop the weaker blocks instead of marginalising
@@ -18,7 +18,10 @@ rate:
   run's head asymmetry (issue 17 item 4);
 - the heads' split step and rate to first order in the init scale, the run's own initial head
   differences carried along the twin by the training step's tangent map
-  (``simulate.incremental.tangent_split``), against the run's split and rate.
+  (``simulate.incremental.tangent_split``), against the run's split and rate;
+- durations in steps: the reduced system's stage durations times the steps per ODE time the
+  first-order split derives (its step over the reduced system's split time; issue 17 item 4),
+  against the measured ones.
 Stage k starts when the validation loss falls below the midpoint of the class-(k-1) and class-k
 levels (class 0: uniform prediction, ln d).
 """
@@ -36,7 +39,7 @@ from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
 from simulate.incremental.head_ode import plateau_levels, solve
-from simulate.incremental.markov_reduction import mapped_logits, reduced_setting
+from simulate.incremental.markov_reduction import mapped_logits, ode_split_times, reduced_setting
 from simulate.incremental.markov_training import (
     LADDER_RULE,
     STAGE_RULE,
@@ -51,16 +54,17 @@ from simulate.incremental.plateau_splitting import (
     splitting_rates,
 )
 from simulate.incremental.tangent_split import TANGENT_SPLIT_RULE, TangentSplit
-from simulate.incremental.training_stages import duration_ratio
+from simulate.incremental.training_stages import TIME_MAP_RULE, duration_ratio
 from simulate.measure.stages import measured_plateaus
 from simulate.runner import RunOutput
 from simulate.store import load, read_summary
 from theory.incremental.heads import METRICS, head_system
 
 CAVEAT = (
-    "AdamW: no time map to the reduced flow; only orders, plateau levels and ratios of stage "
-    "durations are compared with it, and the head-splitting rate with AdamW linearised at the "
-    "plateau"
+    "AdamW: no exact time map to the reduced flow; orders, plateau levels and ratios of stage "
+    "durations are compared with it, the head-splitting rate with AdamW linearised at the "
+    "plateau and to first order in q, and the durations in steps through the time map the "
+    "first-order split derives"
 )
 
 
@@ -81,6 +85,8 @@ class ReducedPrediction:
     crossings: np.ndarray
     ts: np.ndarray
     loss: np.ndarray
+    split_time: float
+    """the heads' split (``markov_reduction.ODE_SPLIT_RULE``), ODE time."""
 
 
 def reduced_predictions(cfg: MarkovTrainConfig) -> dict[str, ReducedPrediction]:
@@ -99,7 +105,8 @@ def reduced_predictions(cfg: MarkovTrainConfig) -> dict[str, ReducedPrediction]:
             theta0=theta0,
             levels=plateau_levels(setting),
         )
-        out[metric] = ReducedPrediction(ode.crossings[0], ode.ts, ode.loss[0])
+        split = float(ode_split_times(setting, ode.ts, ode.s)[0, 0])
+        out[metric] = ReducedPrediction(ode.crossings[0], ode.ts, ode.loss[0], split)
     return out
 
 
@@ -171,6 +178,7 @@ def compare(
         "order_predicted": order_pred,
         "classes_visited": visited,
         "predicted_ode_starts": {m: predicted[m].tolist() for m in METRICS},
+        "ode_split_times": {m: reduced[m].split_time for m in METRICS},
         "splitting": splitting,
         "heads_split_step": float(summary_run["heads_split_step_per_seed"][0]),
         "bayes_loss": summary_run["bayes_loss"],
@@ -206,16 +214,36 @@ def splitting_summary(
 
 def with_first_order(part: dict, first: TangentSplit) -> dict:
     """``compare``'s summary with the first-order split of its run added to its splitting part:
-    the split step beside the run's and the first-order rate over the measured window."""
+    the split step beside the run's, the first-order rate over the measured window, and each
+    stage's duration in steps by the derived time map (``TIME_MAP_RULE``, per metric) beside the
+    measured one."""
     split = dict(part["splitting"])
     window = split["window"]
+    scale = {m: first.split / float(part["ode_split_times"][m]) for m in METRICS}
     split.update(
         first_order_rule=TANGENT_SPLIT_RULE,
         split_first_order=first.split,
         split_measured=part["heads_split_step"],
         rate_first_order=first.rate(*window) if math.isfinite(window[1]) else float("nan"),
+        steps_per_ode_time_derived=scale,
+        time_map_rule=TIME_MAP_RULE,
     )
-    return {**part, "splitting": split}
+    rows = []
+    for r in part["rows"]:
+        k = r["stage"] - 1
+        if k >= 1:
+            starts = {m: np.asarray(part["predicted_ode_starts"][m], float) for m in METRICS}
+            r = {
+                **r,
+                **{
+                    f"duration_steps_{m}": float((starts[m][k] - starts[m][k - 1]) * scale[m])
+                    for m in METRICS
+                },
+                "duration_steps_measured": r["start_measured"]
+                - part["rows"][k - 1]["start_measured"],
+            }
+        rows.append(r)
+    return {**part, "rows": rows, "splitting": split}
 
 
 RATE_TOLERANCE = 0.25
@@ -262,6 +290,19 @@ def predictions(part: dict) -> list[Prediction]:
                     r["duration_ratio_measured"],
                     DURATION_TOLERANCE,
                     f"{CAVEAT}; reduced system from the network's mapped initial logits; 50%",
+                )
+                for metric in METRICS
+            ]
+        if "duration_steps_measured" in r:
+            rows += [
+                Prediction(
+                    f"cross-entropy stage {k} duration t_{k} - t_{k - 1} (steps), derived time "
+                    f"map ({metric})",
+                    r[f"duration_steps_{metric}"],
+                    r["duration_steps_measured"],
+                    RATE_TOLERANCE,
+                    f"{STAGE_RULE}; reduced system from the network's mapped initial logits x "
+                    f"{TIME_MAP_RULE}; 25%, the issue's target for durations",
                 )
                 for metric in METRICS
             ]
@@ -349,6 +390,26 @@ def report(part: dict) -> str:
             f"the training step's tangent map): rate {split['rate_first_order']:.4f} per step over "
             f"the same window, heads split at step {split['split_first_order']:.0f} (measured "
             f"{split['split_measured']:.0f})"
+        )
+    if split is not None and "steps_per_ode_time_derived" in split:
+        scale = split["steps_per_ode_time_derived"]
+        table += (
+            "\nstage durations in steps by the derived time map ("
+            + ", ".join(f"{m}: {float(scale[m]):.4g} steps per ODE time" for m in METRICS)
+            + "; first-order split over the reduced system's split):\n"
+            + format_table(
+                ["stage", "measured", "replicator", "logit"],
+                [
+                    [
+                        r["stage"],
+                        r["duration_steps_measured"],
+                        r["duration_steps_replicator"],
+                        r["duration_steps_logit"],
+                    ]
+                    for r in part["rows"]
+                    if "duration_steps_measured" in r
+                ],
+            )
         )
     return head + "\n" + table
 

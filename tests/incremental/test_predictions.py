@@ -407,21 +407,38 @@ def test_cross_entropy_rows_put_the_first_order_split_beside_the_measured_one():
 
     steps = np.arange(10.0, 460.0, 10.0)
     first = TangentSplit(steps, 1e-12 * np.exp(0.06 * steps), 440.0)
+    row = {"block": 1, "level_predicted": 1.0, "level_measured": 1.0}
+    ratios = {f"duration_ratio_{m}": 1.0 for m in ("replicator", "logit", "measured")}
     part = {
         "classes_visited": [1, 2, 3],
-        "rows": [],
+        "rows": [
+            {**row, **ratios, "stage": k, "start_measured": t}
+            for k, t in ((1, 20.0), (2, 500.0), (3, 760.0))
+        ],
         "heads_split_step": 450.0,
         "splitting": {"window": [234.0, 400.0], "rate_predicted": 0.0686, "rate_measured": 0.0588},
+        "predicted_ode_starts": {
+            "replicator": [10.0, 200.0, 400.0],
+            "logit": [10.0, 1000.0, 1500.0],
+        },
+        "ode_split_times": {"replicator": 176.0, "logit": 880.0},
     }
     part = compare_cross_entropy.with_first_order(part, first)
+    # the derived map: 440 / 176 = 2.5 and 440 / 880 = 0.5 steps per ODE time
+    assert part["splitting"]["steps_per_ode_time_derived"] == {"replicator": 2.5, "logit": 0.5}
     assert part["splitting"]["rate_first_order"] == pytest.approx(0.06)
     rows = {p.quantity: p for p in compare_cross_entropy.predictions(part)}
     split = _one(rows, "heads split (step), first order")
     assert (split.predicted, split.measured, split.verdict()) == (440.0, 450.0, "agrees")
     rate = _one(rows, "rate on the stage-1 plateau, first order")
     assert rate.predicted == pytest.approx(0.06) and rate.measured == 0.0588
+    # durations in steps: ODE durations x the map, against the measured starts' differences
+    logit = _one(rows, "stage 2 duration", "derived time map (logit)")
+    assert (logit.predicted, logit.measured, logit.verdict()) == (495.0, 480.0, "agrees")
+    late = _one(rows, "stage 3 duration", "derived time map (replicator)")
+    assert (late.predicted, late.measured, late.verdict()) == (500.0, 260.0, "disagrees")
     # a run without a measured window (no split): the first-order rate is not read
-    part["splitting"]["window"] = [234.0, float("nan")]
+    part = {**part, "splitting": {**part["splitting"], "window": [234.0, float("nan")]}}
     assert np.isnan(
         compare_cross_entropy.with_first_order(part, first)["splitting"]["rate_first_order"]
     )
