@@ -106,7 +106,7 @@ class TimingConfig(FigureOptions):
 
 
 def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
-    """The ODE half and the training half; the ODE half, about a minute on one core, runs as one
+    """The ODE half and the training half; the ODE half, one to two minutes on one core, runs as one
     more job beside the training half's (``simulate.side_by_side``)."""
     if not cfg.training:
         return _ode_half(cfg)

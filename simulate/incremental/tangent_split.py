@@ -160,7 +160,9 @@ def tangent_splits(
     )
 
 
-def _split(steps: np.ndarray, widest: np.ndarray, narrowest: np.ndarray, until_apart: bool):
+def _split(
+    steps: np.ndarray, widest: np.ndarray, narrowest: np.ndarray, until_apart: bool
+) -> TangentSplit:
     """One scale's ``TangentSplit``: its trace cut at its split (or, ``until_apart``, at the
     step every two heads are apart)."""
     split, apart = (first_above(steps, g) for g in (widest, narrowest))
