@@ -228,11 +228,11 @@ def with_first_order(part: dict, first: TangentSplit) -> dict:
         steps_per_ode_time_derived=scale,
         time_map_rule=TIME_MAP_RULE,
     )
+    starts = {m: np.asarray(part["predicted_ode_starts"][m], float) for m in METRICS}
     rows = []
     for r in part["rows"]:
         k = r["stage"] - 1
         if k >= 1:
-            starts = {m: np.asarray(part["predicted_ode_starts"][m], float) for m in METRICS}
             r = {
                 **r,
                 **{

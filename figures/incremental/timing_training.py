@@ -255,8 +255,8 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
             dur_pred = _nanmean(pred - predicted[i, j, :, k - 1])
             row.update(
                 {
-                    "measured_duration": dur_meas,
-                    "predicted_duration": dur_pred,
+                    "measured_duration_steps": dur_meas,
+                    "predicted_duration_steps": dur_pred,
                     "duration_predicted_over_measured": dur_pred / dur_meas,
                 }
             )
@@ -343,13 +343,13 @@ def predictions(part: dict) -> list[Prediction]:
                 rule,
             )
         )
-        if "measured_duration" in r:
+        if "measured_duration_steps" in r:
             out.append(
                 Prediction(
                     f"training stage {r['stage']} duration t_{r['stage']} - t_{r['stage'] - 1} "
                     f"(steps), {at}",
-                    r["predicted_duration"],
-                    r["measured_duration"],
+                    r["predicted_duration_steps"],
+                    r["measured_duration_steps"],
                     TOLERANCE,
                     rule,
                 )
@@ -418,8 +418,8 @@ def report(part: dict) -> str:
                 r["predicted_over_measured"],
                 r["calibrated_step"],
                 r["calibrated_over_measured"],
-                r.get("measured_duration", "-"),
-                r.get("predicted_duration", "-"),
+                r.get("measured_duration_steps", "-"),
+                r.get("predicted_duration_steps", "-"),
                 r.get("duration_predicted_over_measured", "-"),
             ]
             for r in part["rows"]

@@ -222,7 +222,8 @@ def test_incremental_timing_training_half_quick(tmp_path):
     for key in ("measured_step", "predicted_step", "calibrated_step"):
         assert rows[(1e-7, 1.7, 2)][key] > rows[(1e-3, 1.7, 2)][key]
     # no constant fitted to a run: the heads split where the first-order tangent says, and
-    # stage 2 lasts what the derived time map says, at every point within 25% (issue 17)
+    # stage 2 lasts what the derived time map says, at every point within 25% (issue 17); split
+    # steps and stage durations are counted in training steps, not wall-clock time
     assert len(part["split_rows"]) == 4
     for r in part["split_rows"]:
         assert abs(r["first_order_over_measured"] - 1) <= 0.25

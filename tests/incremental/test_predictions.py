@@ -152,7 +152,7 @@ def test_timing_rows_are_the_smallest_eps_the_end_m_and_the_training_axes():
     ]
     for r in train_rows:
         if r["stage"] == 2:
-            r.update({"predicted_duration": 100.0, "measured_duration": 90.0})
+            r.update({"predicted_duration_steps": 100.0, "measured_duration_steps": 90.0})
     split_rows = [
         {"q": q, "m": m, "first_order_split": 170.0, "measured_split": 180.0}
         for q in qs
