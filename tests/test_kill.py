@@ -18,10 +18,15 @@ from simulate.store import RunStore, load
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-    os.environ.setdefault("STAGEWISE_CACHE_DIR", str(tmp_path_factory.mktemp("jax-cache")))
+    # a cache of its own, set while the forkserver starts (it keeps this environment): each of
+    # the hundreds of runs opens the cache, and the session's, large and shared with the other
+    # worker, made this test twice as slow
+    saved = os.environ["STAGEWISE_CACHE_DIR"]
+    os.environ["STAGEWISE_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-cache"))
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["tests.kill_driver"])
-    return context
+    yield context
+    os.environ["STAGEWISE_CACHE_DIR"] = saved
 
 
 def _start(ctx, out, resume):

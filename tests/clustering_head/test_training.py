@@ -138,7 +138,7 @@ def test_population_gradient_is_equivariant_and_fixed_on_the_symmetric_subspace(
     pop = jnp.asarray(all_sequences(6, 2))
     y = labels(pop, 3, 2)
     model = build_model(cfg, jax.random.PRNGKey(0))
-    grad = jax.grad(cross_entropy)
+    grad = jax.jit(jax.grad(cross_entropy))
     # equivariance at a generic (non-symmetric) point
     generic = eqx.tree_at(
         lambda m: m.position, model, jax.random.normal(jax.random.PRNGKey(1), (6, 2), jnp.float64)
