@@ -19,8 +19,8 @@ from simulate.store import RunStore, load
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
     # a cache of its own, set while the forkserver starts (it keeps this environment): each of
-    # the hundreds of runs opens the cache, and the session's, large and shared with the other
-    # worker, made this test twice as slow
+    # the hundreds of runs opens the cache, and with the session's, large and written by the
+    # other worker, this test once took 188 s against 70-103 s (cause not isolated)
     saved = os.environ["STAGEWISE_CACHE_DIR"]
     os.environ["STAGEWISE_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-cache"))
     context = multiprocessing.get_context("forkserver")
