@@ -47,12 +47,14 @@ def _lumped_system(metric: str):
     return field, jacobian
 
 
-def _reaches_half(t, y, params) -> float:
-    return y[0] - 0.5
+class _ReachesHalf:
+    """scipy event p = 1/2, crossed upwards; it ends the solve."""
 
+    terminal = True
+    direction = 1.0
 
-_reaches_half.terminal = True  # type: ignore[attr-defined]
-_reaches_half.direction = 1.0  # type: ignore[attr-defined]
+    def __call__(self, t: float, y: np.ndarray, params: tuple[float, ...]) -> float:
+        return float(y[0] - 0.5)
 
 
 def lumped_escape_time(setting: HeadSetting, lead: int = 0, t_max: float = 1e6) -> float:
@@ -75,7 +77,7 @@ def lumped_escape_time(setting: HeadSetting, lead: int = 0, t_max: float = 1e6) 
         jac=lambda t, y, params: jacobian(y, params),
         rtol=1e-10,
         atol=1e-12,
-        events=_reaches_half,
+        events=_ReachesHalf(),
         args=(params,),
     )
     if sol.status < 0:
