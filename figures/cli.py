@@ -179,15 +179,14 @@ class Commands:
     """the subcommand names of each command ("stagewise" for the top level)."""
 
 
-def commands(run_defaults: dict[str, Any] | None = None) -> Commands:
+def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None) -> Commands:
     """The command tree, built from the registries: figures, comparisons, experiments (run and
     sweep) and derivations, each a subcommand with its config's options. ``run_defaults``: the
-    config an experiment's ``run`` starts from instead of its default (a resumed run's own)."""
-    from figures.derive import SYSTEMS
-    from figures.registry import all_figures, comparisons
-    from simulate.experiments import EXPERIMENTS
-    from simulate.runner import RunOutput
-
+    config an experiment's ``run`` starts from instead of its default (a resumed run's own).
+    ``only``: the command line's first word; when it names a command, the tree holds that
+    command alone with its subcommands, so that ``stagewise run`` imports no figure module and
+    ``stagewise figure`` no derivation (a command line that names one command never reaches
+    another); ``choices`` still names every command at the top level."""
     actions: dict[type, Callable[[Any], int]] = {}
 
     def choices(entries, make, act) -> list[Any]:
@@ -198,42 +197,63 @@ def commands(run_defaults: dict[str, Any] | None = None) -> Commands:
             out.append(choice)
         return out
 
-    figures = choices(
-        all_figures().values(),
-        lambda f: _choice(f.id, f.description, [("config", f.config, f.config())]),
-        lambda f, cmd: _figure(f, cmd.config),
-    )
-    compares = choices(
-        comparisons().values(),
-        lambda f: _choice(f.command_name, f.description, [("config", f.config, f.config())]),
-        lambda f, cmd: _figure(f, cmd.config),
-    )
-    runs = choices(
-        EXPERIMENTS.values(),
-        lambda e: _choice(
-            e.name,
-            e.description,
-            [
-                ("experiment", e.config, (run_defaults or {}).get(e.name) or e.config()),
-                ("output", RunOutput, RunOutput()),
-            ],
-        ),
-        lambda e, cmd: _run(e, cmd.experiment, cmd.output),
-    )
-    sweeps = choices(
-        EXPERIMENTS.values(),
-        lambda e: _choice(
-            e.name,
-            e.description,
-            [("experiment", e.config, e.config()), ("options", SweepOptions, SweepOptions())],
-        ),
-        lambda e, cmd: _sweep(e, cmd.experiment, cmd.options),
-    )
-    derives = choices(
-        SYSTEMS.values(),
-        lambda s: _choice(s.name, s.description, [("config", s.config, s.config())]),
-        lambda s, cmd: _derive(s, cmd.config),
-    )
+    def figures() -> list[Any]:
+        from figures.registry import all_figures
+
+        return choices(
+            all_figures().values(),
+            lambda f: _choice(f.id, f.description, [("config", f.config, f.config())]),
+            lambda f, cmd: _figure(f, cmd.config),
+        )
+
+    def compares() -> list[Any]:
+        from figures.registry import comparisons
+
+        return choices(
+            comparisons().values(),
+            lambda f: _choice(f.command_name, f.description, [("config", f.config, f.config())]),
+            lambda f, cmd: _figure(f, cmd.config),
+        )
+
+    def runs() -> list[Any]:
+        from simulate.experiments import EXPERIMENTS
+        from simulate.runner import RunOutput
+
+        return choices(
+            EXPERIMENTS.values(),
+            lambda e: _choice(
+                e.name,
+                e.description,
+                [
+                    ("experiment", e.config, (run_defaults or {}).get(e.name) or e.config()),
+                    ("output", RunOutput, RunOutput()),
+                ],
+            ),
+            lambda e, cmd: _run(e, cmd.experiment, cmd.output),
+        )
+
+    def sweeps() -> list[Any]:
+        from simulate.experiments import EXPERIMENTS
+
+        return choices(
+            EXPERIMENTS.values(),
+            lambda e: _choice(
+                e.name,
+                e.description,
+                [("experiment", e.config, e.config()), ("options", SweepOptions, SweepOptions())],
+            ),
+            lambda e, cmd: _sweep(e, cmd.experiment, cmd.options),
+        )
+
+    def derives() -> list[Any]:
+        from figures.derive import SYSTEMS
+
+        return choices(
+            SYSTEMS.values(),
+            lambda s: _choice(s.name, s.description, [("config", s.config, s.config())]),
+            lambda s, cmd: _derive(s, cmd.config),
+        )
+
     groups = [
         ("figure", "reproduce one figure (PNG + PDF + summary.json in OUT/<id>/)", figures),
         ("compare", "predicted vs measured stage times: table, figure, summary.json", compares),
@@ -246,7 +266,10 @@ def commands(run_defaults: dict[str, Any] | None = None) -> Commands:
     actions[ListCommand] = lambda cmd: _list()
     actions[ReproduceOptions] = _reproduce
     actions[ReportCommand] = _report
-    for name, description, group in groups:
+    for name, description, build in groups:
+        if only in names["stagewise"] and only != name:
+            continue
+        group = build()
         names[name] = [c.__origin__.command_name for c in group]
         command = _group(name, description, group)
         actions[command.__origin__] = lambda cmd: actions[type(cmd.target)](cmd.target)
@@ -375,12 +398,14 @@ def _resumed_defaults(argv: list[str]) -> dict[str, Any]:
     defaults, so the options parsed are exactly the given ones over the stored run (an option
     given with another value is then a change ``--resume`` can name). Empty when the command
     line is anything else or DIR holds no readable run (``_run`` then names the problem)."""
-    from simulate.experiments import EXPERIMENTS, resumed_config
-
     words = [a for a in argv if not a.startswith("-")]
     resume = [a.split("=", 1)[1] for a in argv if a.startswith("--resume=")]
     resume += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--resume"]
-    if len(words) < 2 or words[0] != "run" or words[1] not in EXPERIMENTS or len(resume) != 1:
+    if len(words) < 2 or words[0] != "run" or len(resume) != 1:
+        return {}
+    from simulate.experiments import EXPERIMENTS, resumed_config
+
+    if words[1] not in EXPERIMENTS:
         return {}
     try:
         return {words[1]: resumed_config(EXPERIMENTS[words[1]], Path(resume[0]))}
@@ -398,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli = commands(_resumed_defaults(argv))
+        words = [a for a in argv if not a.startswith("-")]
+        cli = commands(_resumed_defaults(argv), words[0] if words else None)
         with tyro_errors.on_parse_error(lambda event: _one_line(event, cli.choices, argv)):
             command = tyro.cli(
                 cli.parser,

@@ -151,3 +151,31 @@ def test_sweep_grid_items_merge_whether_repeated_or_listed(argv):
     from figures.sweep_cli import grid_items
 
     assert grid_items(tyro.cli(SweepOptions, args=argv)) == ["lr=0.004", "m=1.7,1.9"]
+
+
+def test_a_command_line_builds_only_the_command_it_names():
+    """``stagewise run`` imports no figure module and ``stagewise derive`` no experiment (each
+    costs seconds of imports at every start), while the top level still names every command."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys; from figures.cli import commands; cli = commands(None, sys.argv[1]); "
+        "print(json.dumps(sorted(cli.choices))); "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('figures.incremental.', "
+        "'simulate.clustering_head.training', 'figures.derive')))))"
+    )
+    seen = {}
+    for word in ("run", "derive", "--help"):
+        out = subprocess.run(
+            [sys.executable, "-c", code, word], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        seen[word] = (json.loads(out[0]), json.loads(out[1]))
+    assert seen["run"][0] == ["run", "stagewise"]
+    assert "simulate.clustering_head.training" in seen["run"][1]
+    assert not any(m.startswith(("figures.incremental.", "figures.derive")) for m in seen["run"][1])
+    assert seen["derive"][0] == ["derive", "stagewise"]
+    assert "simulate.clustering_head.training" not in seen["derive"][1]
+    assert seen["--help"][0] == ["compare", "derive", "figure", "run", "stagewise", "sweep"]
+    assert "figures.incremental.ode" in seen["--help"][1]

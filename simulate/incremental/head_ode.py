@@ -15,14 +15,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import cast
 
 import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-import sympy as sp
 from numpy.typing import ArrayLike
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss
@@ -50,9 +48,7 @@ class OdeBatch:
 
 def plateau_levels(setting: HeadSetting) -> list[float]:
     """The derived plateau levels L_0..L_K of ``theory.incremental.heads`` in numbers."""
-    hs = head_system(setting)
-    vals = hs.parameter_values()
-    return [float(cast(sp.Expr, L.xreplace(vals))) for L in hs.plateau_levels()]
+    return [float(L) for L in head_system(setting).plateau_values()]
 
 
 def initial_logits(setting: HeadSetting, eps: np.ndarray, seeds: np.ndarray) -> jnp.ndarray:

@@ -96,6 +96,18 @@ def test_stage_points_are_zeros_of_both_fields_with_the_plateau_loss(setting):
 
 
 @SETTINGS
+@given(head_settings())
+def test_plateau_values_are_the_symbolic_levels_at_the_settings_numbers(setting):
+    """The numeric path (the loss evaluated at the numbers, no simplification) is exact: the same
+    rationals as the simplified symbolic levels with the numbers put in, and the same ladder."""
+    hs = HeadSystem(setting)
+    vals = hs.parameter_values()
+    assert hs.plateau_values() == [sp.nsimplify(L.xreplace(vals)) for L in hs.plateau_levels()]
+    symbolic = [float(hs.loss_at(p).xreplace(vals)) for _, p in hs.symmetric_fixed_points()]
+    assert hs.ladder() == tuple(int(j) for j in np.argsort(symbolic, kind="stable"))
+
+
+@SETTINGS
 @given(head_settings(), st.data())
 def test_every_clustered_point_is_a_fixed_point(setting, data):
     hs = HeadSystem(setting)

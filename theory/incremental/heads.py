@@ -268,6 +268,11 @@ class HeadSystem:
     def loss_at(self, point: dict) -> sp.Expr:
         return cast(sp.Expr, sp.simplify(self.loss.xreplace(point)))
 
+    def loss_value_at(self, point: dict) -> sp.Expr:
+        """The loss at ``point`` for the setting's m_j and alpha_i: an exact number, with no
+        symbolic simplification on the way (what numerical callers need)."""
+        return cast(sp.Expr, self.loss.xreplace(point).xreplace(self.parameter_values()))
+
     def ladder(self) -> tuple[int, ...]:
         """Blocks in the order they are learned: by the loss of the symmetric fixed point on each
         block, lowest first (blockwise Cauchy-Schwarz, spec §5.3: j* = argmax m_j
@@ -276,12 +281,8 @@ class HeadSystem:
 
     @cached_property
     def _ladder(self) -> tuple[int, ...]:
-        # every stage point asks for it; each call simplifies h symbolic losses
-        vals = self.parameter_values()
-        levels = [
-            float(cast(sp.Expr, self.loss_at(p).xreplace(vals)))
-            for _, p in self.symmetric_fixed_points()
-        ]
+        # every stage point asks for it
+        levels = [float(self.loss_value_at(p)) for _, p in self.symmetric_fixed_points()]
         return tuple(int(j) for j in np.argsort(levels, kind="stable"))
 
     def stage_point(self, k: int) -> dict:
@@ -307,6 +308,10 @@ class HeadSystem:
     @cached_property
     def _plateau_levels(self) -> tuple[sp.Expr, ...]:
         return tuple(self.loss_at(self.stage_point(k)) for k in range(self.stage_count() + 1))
+
+    def plateau_values(self) -> list[sp.Expr]:
+        """``plateau_levels`` for the setting's m_j and alpha_i: exact numbers."""
+        return [self.loss_value_at(self.stage_point(k)) for k in range(self.stage_count() + 1)]
 
     def symmetric_subspace_is_invariant(self, metric: str | None = None) -> bool:
         """Setting every head equal to head 1 makes every head's field equal to head 1's."""
