@@ -326,7 +326,7 @@ def train(
                     )
                     pieces.append(kept)
                     if store is not None and keep.any():
-                        store.append(kept)
+                        store.append(kept, rows_per_chunk=per_chunk)
                     raise DivergenceError(b, quantity, seed_ids[who])
                 chunk_ds = _to_dataset(problem, rows, steps, seed_ids)
                 pieces.append(chunk_ds)
