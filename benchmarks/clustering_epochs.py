@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from simulate.clustering_head.training import ClusteringConfig, optimizer, problem
-from simulate.runtime import use_float64
+from simulate.runtime import use_float64, use_unrolled_threefry
 from simulate.train import train
 
 
@@ -29,6 +29,7 @@ def epochs_per_second(seeds: int, epochs: int, hessian_iterations: int) -> tuple
 
 if __name__ == "__main__":
     use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
+    use_unrolled_threefry()
     parser = argparse.ArgumentParser()
     parser.add_argument("seeds", type=int, nargs="*", default=[1, 32])
     parser.add_argument("--epochs", type=int, default=10)

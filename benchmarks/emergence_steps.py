@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from simulate.emergence.training import EmergenceConfig, optimizer, problem
-from simulate.runtime import use_float64
+from simulate.runtime import use_float64, use_unrolled_threefry
 from simulate.train import train
 
 
@@ -37,6 +37,7 @@ def steps_per_second(
 
 if __name__ == "__main__":
     use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
+    use_unrolled_threefry()
     parser = argparse.ArgumentParser()
     parser.add_argument("seeds", type=int, nargs="*", default=[1, 32])
     parser.add_argument("--steps", type=int, default=50)

@@ -14,7 +14,7 @@ import tempfile
 
 from benchmarks.markov_training import timed
 from simulate.incremental.markov_training import MarkovTrainConfig
-from simulate.runtime import use_float64
+from simulate.runtime import use_float64, use_unrolled_threefry
 
 SETTINGS = {
     "minimal float64 (incremental-importance)": {"log_every": 5},
@@ -61,6 +61,7 @@ def main(steps: int) -> None:
 
 if __name__ == "__main__":
     use_float64()
+    use_unrolled_threefry()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100, help="steps per setting")
     args = parser.parse_args()

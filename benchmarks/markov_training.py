@@ -15,7 +15,7 @@ import os
 import tempfile
 
 from simulate.incremental.markov_training import MarkovTrainConfig, optimizer, problem
-from simulate.runtime import use_float64
+from simulate.runtime import use_float64, use_unrolled_threefry
 from simulate.train import train
 
 PAPER = {
@@ -79,6 +79,7 @@ def main(steps: int, seed_steps: int, full_steps: int):
 
 if __name__ == "__main__":
     use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
+    use_unrolled_threefry()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="steps of the one-seed runs")
     parser.add_argument("--seed-steps", type=int, default=3, help="steps of the 16-seed runs")

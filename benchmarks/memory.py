@@ -24,9 +24,10 @@ def full_step(steps: int = STEPS) -> None:
     import jax
 
     from benchmarks.transformer import paper_config, training_step
-    from simulate.runtime import use_float64
+    from simulate.runtime import use_float64, use_unrolled_threefry
 
     use_float64()  # as every entry point; the step itself is float32
+    use_unrolled_threefry()
     step = training_step(paper_config("full"))
     params, opt_state = step.params, step.opt_state
     for k in jax.random.split(jax.random.PRNGKey(1), steps):

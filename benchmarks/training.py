@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from simulate.incremental.head_training import HeadTrainConfig, optimizer, problem
-from simulate.runtime import use_float64
+from simulate.runtime import use_float64, use_unrolled_threefry
 from simulate.store import RunStore
 from simulate.train import Schedule, train
 
@@ -51,4 +51,5 @@ def main():
 
 if __name__ == "__main__":
     use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
+    use_unrolled_threefry()
     main()

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from simulate.incremental.head_ode import solve
-from simulate.runtime import use_float64
+from simulate.runtime import use_float64, use_unrolled_threefry
 from theory.incremental.heads import HeadSetting
 
 
@@ -31,4 +31,5 @@ def main(n: int = 64, t_max: float = 500.0):
 
 if __name__ == "__main__":
     use_float64()  # as every stagewise entry point (float64 used to be switched on at import)
+    use_unrolled_threefry()
     main()

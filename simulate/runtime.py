@@ -7,6 +7,8 @@
   load compiled programs instead of recompiling.
 - One JAX CPU device per core: XLA:CPU runs the small ops of a training step on one core, so
   the trainer shards vmapped seeds over these devices to use every core.
+- The Threefry hash behind ``jax.random`` unrolled on the CPU, as on GPUs: the same bits at a
+  fraction of the cost where a step draws its own random numbers.
 """
 
 from __future__ import annotations
@@ -57,8 +59,28 @@ def use_cpu_cores() -> None:
         pass
 
 
+def use_unrolled_threefry() -> None:
+    """Lower ``jax.random``'s Threefry-2x32 hash on the CPU with its rounds unrolled, as JAX
+    lowers it for GPUs, instead of as a loop of five trips.
+
+    On XLA:CPU every trip of that loop is a few tiny kernels, paid at every step of a trainer that
+    draws its own minibatch (a clustering-head epoch draws 64 x 2048 uniforms: 5.2 ms with the
+    loop, 2.8 ms unrolled). The hash is the same integer arithmetic either way, so every random
+    number stays bitwise the same. JAX has no public switch for this and its unrolled rule is
+    private: where a JAX release moves it, random numbers stay looped (same bits, slower)."""
+    try:
+        from jax._src.random.threefry2x32 import _threefry2x32_lowering_rule as unrolled
+    except ImportError:
+        return
+    from jax.extend.random import threefry2x32_p
+    from jax.interpreters import mlir
+
+    mlir.register_lowering(threefry2x32_p, unrolled, platform="cpu")
+
+
 def configure() -> None:
     """What every stagewise process sets before it builds a JAX program."""
     use_cpu_cores()
     use_float64()
+    use_unrolled_threefry()
     enable_compilation_cache()

@@ -12,13 +12,14 @@ import tempfile
 import jax
 import matplotlib
 
-from simulate.runtime import use_float64
+from simulate.runtime import use_float64, use_unrolled_threefry
 
 # pytest-xdist already runs one process per core: a device per core in each would oversubscribe
 # them, and which test first configures JAX in a worker would decide its device count (the
 # CLI's configure() only sets it before JAX runs); tests of the sharded path set it themselves
 os.environ.setdefault("STAGEWISE_CPU_DEVICES", "1")
 use_float64()
+use_unrolled_threefry()
 
 # One persistent compilation cache for the session, not the user's own (a test calling the CLI
 # in-process or in a subprocess would write there): the controller makes it before xdist starts

@@ -1,6 +1,8 @@
 """The chunked trainer through the run store: determinism, resume, divergence, failures,
 progress, and the heads-gd experiment's stage summary."""
 
+import re
+
 import jax
 import numpy as np
 import optax
@@ -210,4 +212,8 @@ def test_problems_differing_only_in_their_data_share_one_program(tmp_path):
         # gradient descent on the sum w_1 + w_2 + w_3 converges to the data's mean
         assert abs(fits[-1]) < 1e-3 * max(1.0, abs(target.mean()))
     assert texts[0] == texts[1]
-    assert len(texts[0]) < 20_000  # 500 data values as literals would be longer than the program
+    # the data set as a literal, as a program closing over it is lowered
+    literal = re.compile(r"constant dense<[^>]*> : tensor<500xf64>")
+    closing_over = jax.jit(lambda w: _data_problem(target).loss_and_direction(w, None))
+    assert literal.search(closing_over.lower(jax.numpy.zeros(3)).as_text())
+    assert not literal.search(texts[0])
