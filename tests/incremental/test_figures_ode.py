@@ -37,6 +37,11 @@ def test_incremental_ode_quick_figure(tmp_path, capsys, monkeypatch):
     stall = summary["stall_eps0"]
     assert stall["final_loss"] == pytest.approx(derived[1], rel=1e-3)
     assert stall["loss_crossings"][1:] == ["nan", "nan"]
+    # the untied run's note says what its heads did, not what round-off is expected to do
+    untied = summary["eps0_untied_float64"]
+    split = untied["max_head_attention_difference"] > 0
+    assert ("round-off" in untied["note"]) == split
+    assert ("stay bitwise equal" in untied["note"]) == (not split)
 
     # the figure is drawn from the stored run: re-plotting reads it and recomputes nothing
     data, config = load(run_dir)
