@@ -1,8 +1,8 @@
 """Process settings of the test suite, made here rather than by importing a package
 (ARCHITECTURE §4): float64 for theory checks and ODEs, strict dtype promotion (as diffrax's
 tests do: an implicit mix of dtypes is an error, not a silent up- or down-cast), a
-non-interactive matplotlib, one JAX CPU device per process, and a compilation cache of the
-session's own."""
+non-interactive matplotlib, one JAX CPU device per process, the unrolled Threefry lowering every
+entry point uses (``simulate.runtime.configure``), and a compilation cache of the session's own."""
 
 import atexit
 import os
