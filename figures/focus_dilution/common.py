@@ -80,7 +80,7 @@ class FlowSetting(Seeds):
 
 
 def solve_setting(
-    setting: FlowSetting, pi, P, t_max: float, n_seeds: int, samples: int, progress: bool
+    setting: FlowSetting, pi, P, t_max: float, n_seeds: int, samples: int
 ) -> xr.Dataset:
     """The population flow of ``setting`` from its first ``n_seeds`` seeds at eps, saved at
     ``samples`` log-spaced times up to ``t_max``."""
@@ -92,7 +92,6 @@ def solve_setting(
         time_grid(t_max, samples),
         m=setting.width,
         m_k=setting.key_width,
-        progress=progress,
     )
 
 

@@ -190,7 +190,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     t_end = cfg.horizon * (t_IV if math.isfinite(t_IV) else STALL_SPAN * pred["onsets"][2])
     gd_cfg = cfg.finite("gd", t_end)
     t_grid = gd_cfg.lr * np.arange(0, gd_cfg.steps + 1, gd_cfg.log_every)
-    pop = solve_flow(pi, P, eps, seed_ids, t_grid, init=init, progress=not cfg.quiet)
+    pop = solve_flow(pi, P, eps, seed_ids, t_grid, init=init)
     pop_onsets = run_onsets(pop)
     pop_levels = np.array(
         [

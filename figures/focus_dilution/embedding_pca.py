@@ -68,9 +68,7 @@ def compute(cfg: PcaConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pred = predictions(pi, P, cfg.flow.eps)
     response = redistribution_response(pi, P)
     n_seeds, samples = cfg.sizes()
-    data = solve_setting(
-        cfg.flow, pi, P, cfg.horizon * pred["onsets"][3], n_seeds, samples, progress=not cfg.quiet
-    )
+    data = solve_setting(cfg.flow, pi, P, cfg.horizon * pred["onsets"][3], n_seeds, samples)
     onsets = run_onsets(data)
     data = data[
         ["W0", "sv_WQK", "loss", "token_norm", "pi", "focus_mass", "attention_entropy", "sv_W0"]

@@ -70,7 +70,7 @@ def compute(cfg: CyclesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pi, P = cfg.flow.chain()
     pred = predictions(pi, P, cfg.flow.eps)
     n_seeds, samples, t_max = cfg.sizes()
-    data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples, progress=not cfg.quiet)
+    data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples)
     onsets = run_onsets(data)
     data = data[
         ["attention_entropy", "token_norm", "sv_W0", "loss", "focus_mass", "pi", "solver_steps"]

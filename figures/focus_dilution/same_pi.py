@@ -102,7 +102,6 @@ def compute(cfg: SamePiConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         grids,
         m=cfg.flow.width,
         m_k=cfg.flow.key_width,
-        progress=not cfg.quiet,
     )
     data = data[
         [

@@ -72,7 +72,7 @@ def compute(cfg: StagesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     pred = predictions(pi, P, cfg.flow.eps)
     t_max = cfg.horizon * pred["onsets"][3]
     n_seeds, samples = cfg.sizes()
-    data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples, progress=not cfg.quiet)
+    data = solve_setting(cfg.flow, pi, P, t_max, n_seeds, samples)
     onsets = run_onsets(data)
     data["onset"] = (("run", "stage"), onsets)
     data["redistribution"] = (

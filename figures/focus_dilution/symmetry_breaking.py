@@ -135,7 +135,6 @@ def compute(cfg: SymmetryConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         [time_grid(horizons[deltas[k]], samples, t_dense=400.0) for k, _ in runs],
         m=cfg.flow.width,
         m_k=cfg.flow.key_width,
-        progress=not cfg.quiet,
     )
     data = data[
         [

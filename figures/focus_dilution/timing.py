@@ -95,7 +95,6 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         seeds,
         time_grid(t_max, samples),
         init=init,
-        progress=not cfg.quiet,
     )
     # the offsets' constants do not depend on eps: one call predicts every run
     pred = predictions(pi, P, max(eps_grid), init=init)

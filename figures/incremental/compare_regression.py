@@ -31,7 +31,6 @@ TIME_MAP = (
 def compare(cfg: RegressionConfig, output: RunOutput, label: str) -> tuple[xr.Dataset, dict]:
     """Train ``cfg`` into ``output``, integrate the reduced system from each seed's mapped initial
     state, and compare stage levels and times per seed."""
-    quiet = output.quiet
     ds, _ = load(regression_training.run(cfg, output))
     setting = cfg.reduced()
     t_max = cfg.steps * cfg.lr
@@ -43,7 +42,6 @@ def compare(cfg: RegressionConfig, output: RunOutput, label: str) -> tuple[xr.Da
         t_max=t_max,
         n_save=600,
         theta0=initial_reduced_logits(cfg),
-        progress=not quiet,
     )
     t = ds["step"].values * cfg.lr
     loss = ds["val_loss"].values / cfg.D

@@ -46,7 +46,6 @@ def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         cfg.horizon,
         n_save=600 if cfg.quick else 2000,
         levels=levels,
-        progress=not cfg.quiet,
     )
     sym = solve(
         setting, [0.0], [cfg.seed], cfg.horizon, n_save=len(batch.ts), levels=levels, symmetric=True

@@ -153,7 +153,6 @@ def _ode_half(cfg: TimingConfig) -> tuple[xr.Dataset, dict]:
             n_save=400,
             targets=np.stack([settings[ms[i]].target() for i, _, _ in combos]),
             levels=np.stack([plateau_levels(settings[ms[i]]) for i, _, _ in combos]),
-            progress=not cfg.quiet,
         )
         timing[metric] = {
             "trajectories": len(combos),

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from simulate.solver_checks import grid_checks_without_callback
 from theory.focus_dilution.manifold import (
     StageFourPoint,
     rest_point,
@@ -166,7 +167,11 @@ OBS_DIMS = {
 
 
 # --- full-parameter flow (spec §4) -------------------------------------------------------------
-def _solve_one(pi, P, y0, grid, *, qk_scale, rtol, atol, progress):
+def _solve_one(pi, P, y0, grid, *, qk_scale, rtol, atol):
+    """The observables of one run on its grid. Traced under
+    ``simulate.solver_checks.grid_checks_without_callback`` and without diffrax's progress meter
+    (a host callback as well, 1.8 s of every `focus-dilution-stages --quick` for a solve of about
+    0.2 s), so the persistent compilation cache keeps the program."""
     term = diffrax.ODETerm(lambda t, y, args: flow_field(y, args[0], args[1], qk_scale))
     sol = diffrax.diffeqsolve(
         term,
@@ -179,17 +184,17 @@ def _solve_one(pi, P, y0, grid, *, qk_scale, rtol, atol, progress):
         saveat=diffrax.SaveAt(ts=grid),
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=MAX_STEPS,
-        progress_meter=(diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()),
+        throw=False,  # checked by the caller; raising would add a host callback
     )
     obs = jax.vmap(lambda p: observables(p, pi, P, qk_scale))(sol.ys)
-    return obs, sol.stats["num_steps"]
+    return obs, sol.stats["num_steps"], sol.result == diffrax.RESULTS.successful
 
 
-@partial(jax.jit, static_argnames=("qk_scale", "rtol", "atol", "progress"))
-def _solve_batch(pis, Ps, y0, grids, *, qk_scale, rtol, atol, progress):
-    return jax.vmap(
-        partial(_solve_one, qk_scale=qk_scale, rtol=rtol, atol=atol, progress=progress)
-    )(pis, Ps, y0, grids)
+@partial(jax.jit, static_argnames=("qk_scale", "rtol", "atol"))
+def _solve_batch(pis, Ps, y0, grids, *, qk_scale, rtol, atol):
+    return jax.vmap(partial(_solve_one, qk_scale=qk_scale, rtol=rtol, atol=atol))(
+        pis, Ps, y0, grids
+    )
 
 
 def time_grid(t_max: float, n: int, t_dense: float | None = None) -> np.ndarray:
@@ -224,7 +229,6 @@ def solve_flow(
     init: Parameters | None = None,
     rtol: float = RTOL,
     atol: float = ATOL,
-    progress: bool = False,
 ) -> xr.Dataset:
     """Population gradient flow of the full parameters for a batch of runs (one compiled,
     vmapped program): run ``i`` has stationary law ``pis[i]``, chain ``Ps[i]``, init scale
@@ -232,7 +236,7 @@ def solve_flow(
     ``init``) and saved times ``grids[i]`` (or one grid for all; every grid starts at 0 and all
     have the same length). Returns the spec §6 observables with dims ``(run, sample, ...)``, the
     saved times as coordinate ``time (run, sample)`` and per-run coordinates ``eps``, ``seed``;
-    ``attrs`` hold the solver settings; ``progress`` shows diffrax's progress bar."""
+    ``attrs`` hold the solver settings."""
     pis = np.atleast_2d(np.asarray(pis, float))
     grids = np.atleast_2d(np.asarray(grids, float))
     B = max(len(pis), np.size(eps), np.size(seeds), len(grids))
@@ -261,15 +265,22 @@ def solve_flow(
     if init is None:
         init = initial_batch(d, m, m_k, eps, seeds)
     m, m_k = init.WQ.shape[-2:]
-    obs, steps = _solve_batch(
-        jnp.asarray(pis),
-        jnp.asarray(Ps),
-        init,
-        jnp.asarray(grids),
-        qk_scale=float(qk_scale),
-        rtol=rtol,
-        atol=atol,
-        progress=progress,
+    with grid_checks_without_callback():  # the grids are checked above
+        obs, steps, reached = _solve_batch(
+            jnp.asarray(pis),
+            jnp.asarray(Ps),
+            init,
+            jnp.asarray(grids),
+            qk_scale=float(qk_scale),
+            rtol=rtol,
+            atol=atol,
+        )
+    require(
+        bool(np.all(np.asarray(reached))),
+        "grid",
+        "grid",
+        f"saved times the solver reaches (it stopped early: its {MAX_STEPS} steps ran out or its "
+        "step size underflowed)",
     )
     data = xr.Dataset(
         {name: (("run", "sample", *OBS_DIMS[name]), np.asarray(v)) for name, v in obs.items()},

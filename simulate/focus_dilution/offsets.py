@@ -33,6 +33,7 @@ import numpy as np
 
 from simulate.focus_dilution.flow import flow_field, manifold_field, population_loss_mphi
 from simulate.focus_dilution.measure import STAGE_FOUR_LEVEL, _crossing, stage_onsets
+from simulate.solver_checks import grid_checks_without_callback
 from theory.focus_dilution.manifold import rest_point, second_point_state
 from theory.focus_dilution.offsets import (
     InitialAmplitudes,
@@ -239,8 +240,9 @@ def _rank_two_solve(params, pi, P, grid):
         saveat=diffrax.SaveAt(ts=grid),
         stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-14),
         max_steps=MAX_STEPS,
+        throw=False,  # checked by the caller; raising would add a host callback
     )
-    return cast(Parameters, sol.ys).W0
+    return cast(Parameters, sol.ys).W0, sol.result == diffrax.RESULTS.successful
 
 
 def _stage_four_fire(
@@ -262,8 +264,17 @@ def _stage_four_fire(
     # sigma_2(W0) ~ A e^{mu (t - T_III)}/sqrt(2) in the linear regime: the rule's 1/2 comes
     # within ln(1/A)/mu; the nonlinear end takes a few 1/mu more
     t_end = T_III + (math.log(1 / A) + 6) / mu
+    require(t_end > 0, "pi", pi.tolist(), "a chain with a Stage-IV transit after t = 0")
     grid = np.linspace(0.0, t_end, STAGE_FOUR_SAMPLES)
-    W0 = _rank_two_solve(init, jnp.asarray(pi), jnp.asarray(P), grid)
+    with grid_checks_without_callback():  # increasing from 0, as diffrax's checks require
+        W0, reached = _rank_two_solve(init, jnp.asarray(pi), jnp.asarray(P), grid)
+    require(
+        bool(reached),
+        "pi",
+        pi.tolist(),
+        f"a chain whose Stage-IV flow the solver integrates to t = {t_end:.4g} within {MAX_STEPS} "
+        "steps",
+    )
     sigma_2 = np.linalg.svd(np.asarray(W0), compute_uv=False)[:, 1]
     T_IV = _crossing(grid, sigma_2, STAGE_FOUR_LEVEL, start=T_III)
     require(

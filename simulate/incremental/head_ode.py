@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss
 from simulate.measure.stages import midpoints
+from simulate.solver_checks import grid_checks_without_callback
 from theory.incremental.heads import METRIC_POWER, HeadSetting, head_system
 from theory.validation import require
 
@@ -67,14 +68,16 @@ def _term(power: int, tied: int) -> diffrax.ODETerm:
     return diffrax.ODETerm(lambda t, y, args: logit_field(args[0], y[0], y[1], power, tied))
 
 
-def _trajectory_one(G, y0, ts, *, power: int, tied: int, progress: bool):
+def _trajectory_one(G, y0, ts, *, power: int, tied: int):
     """The state at each of ``ts`` (``ts[0]`` the start): one solve saving on the grid.
 
-    diffrax checks a save grid with a host callback, so this program is never written to the
-    persistent compilation cache (tracing and compiling it cost about 2 s per process). One
-    solve per grid interval was cached, but it restarted the solver at every save: 0.24 s
-    against 0.075 s for the Fig. 10 trajectory (2000 saves, 1424 steps), 6.0 s against 2.4 s
-    for 64 seeds (``python -m benchmarks --only ode``)."""
+    Traced under ``simulate.solver_checks.grid_checks_without_callback``, the program has no
+    host callback and the persistent compilation cache keeps it. No progress meter: diffrax's
+    is a host callback too (the program compiled in every process, 3.3 s of compile in a warm
+    ``incremental-ode --quick`` against 2.2 s) for a solve of 0.1-0.2 s. One solve per grid
+    interval restarted the solver at every save: 0.24 s against 0.075 s for the Fig. 10
+    trajectory (2000 saves, 1424 steps), 6.0 s against 2.4 s for 64 seeds (``python -m
+    benchmarks --only ode``)."""
     sol = diffrax.diffeqsolve(
         _term(power, tied),
         diffrax.Tsit5(),
@@ -87,14 +90,13 @@ def _trajectory_one(G, y0, ts, *, power: int, tied: int, progress: bool):
         saveat=diffrax.SaveAt(ts=ts),
         max_steps=MAX_STEPS,
         throw=False,  # checked by the caller; raising would add another host callback
-        progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
     )
     return sol.ys, sol.result == diffrax.RESULTS.successful
 
 
-@partial(jax.jit, static_argnames=("power", "tied", "progress"))
-def _trajectory_batch(G, y0, ts, *, power, tied, progress):
-    one = partial(_trajectory_one, power=power, tied=tied, progress=progress)
+@partial(jax.jit, static_argnames=("power", "tied"))
+def _trajectory_batch(G, y0, ts, *, power, tied):
+    one = partial(_trajectory_one, power=power, tied=tied)
     return jax.vmap(one, in_axes=(0, 0, None))(G, y0, ts)
 
 
@@ -169,7 +171,6 @@ def solve(
     n_save: int = 1500,
     targets: ArrayLike | None = None,
     levels: ArrayLike | None = None,
-    progress: bool = False,
     symmetric: bool = False,
     theta0: ArrayLike | None = None,
 ) -> OdeBatch:
@@ -191,7 +192,10 @@ def solve(
     mids = np.broadcast_to(
         midpoints(levels.T).T if levels.ndim == 2 else midpoints(levels), (B, levels.shape[-1] - 1)
     )
+    require(n_save >= 3, "n_save", n_save, "at least 3 saved times")
     grid = log_grid(t_max, n_save)
+    # diffrax's own checks of the grid are traced without their callback: check it here
+    require(bool(np.all(np.diff(grid) > 0)), "t_max", t_max, "a horizon above 0.01")
     theta0 = initial_logits(setting, eps, seeds) if theta0 is None else jnp.asarray(theta0)
     if symmetric:
         theta0 = jnp.zeros_like(theta0[:, :1])
@@ -200,7 +204,8 @@ def solve(
     y0 = (jnp.zeros((B, H, setting.h)), theta0)
     static = {"power": METRIC_POWER[setting.metric], "tied": setting.heads if symmetric else 1}
     t0 = time.perf_counter()
-    trajectory = _compiled(_trajectory_batch, (G, y0, grid), {**static, "progress": progress})
+    with grid_checks_without_callback():
+        trajectory = _compiled(_trajectory_batch, (G, y0, grid), static)
     cross = _compiled(_crossings_batch, (G, y0, jnp.asarray(mids), float(t_max)), static)
     t1 = time.perf_counter()
     crossings = cross(G, y0, jnp.asarray(mids), float(t_max))
