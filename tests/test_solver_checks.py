@@ -80,7 +80,8 @@ def test_unreachable_grid_is_rejected(monkeypatch):
 
 
 def test_solves_reach_the_persistent_cache(tmp_path):
-    """A fresh process with an empty cache writes both grid-saving programs into it."""
+    """A fresh process with an empty cache writes the head ODE's trajectory and crossing
+    programs and the flow's into it (the crossings had no host callback before either)."""
     script = (
         "import numpy as np\n"
         "from simulate.runtime import configure\n"
