@@ -79,6 +79,15 @@ class FlowSetting(Seeds):
         return pi, transition_matrix(pi, self.lam)
 
 
+def flow_seconds(data: xr.Dataset) -> dict[str, float]:
+    """The seconds a ``solve_flow`` call spent compiling (tracing included) and solving, as
+    summary entries (``stagewise``'s benchmark sums every ``*_compile_seconds``)."""
+    return {
+        "flow_compile_seconds": float(data.attrs["compile_seconds"]),
+        "flow_run_seconds": float(data.attrs["run_seconds"]),
+    }
+
+
 def solve_setting(
     setting: FlowSetting, pi, P, t_max: float, n_seeds: int, samples: int
 ) -> xr.Dataset:

@@ -39,6 +39,7 @@ from figures.focus_dilution.common import (
     PLATEAUS,
     STAGES,
     check_horizon,
+    flow_seconds,
     offset_onset_predictions,
     onset_predictions,
     plateau_predictions,
@@ -246,6 +247,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         },
     )
     summary = {
+        **flow_seconds(pop),
         "setting": {
             "pi": list(cfg.train.pi),
             "lambda": cfg.train.lam,

@@ -28,6 +28,7 @@ from figures.focus_dilution.common import (
     TOKEN_COLORS,
     FlowSetting,
     check_horizon,
+    flow_seconds,
     onset_predictions,
     solve_setting,
 )
@@ -111,6 +112,7 @@ def compute(cfg: PcaConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         end = ts <= (onsets[r, 3] if np.isfinite(onsets[r, 3]) else ts[-1])
         retraction.append(1 - norms[k:][end[k:]].min(axis=0) / norms[k])
     summary = {
+        **flow_seconds(data),
         "setting": {
             "pi": cfg.flow.pi,
             "lambda": cfg.flow.lam,

@@ -28,6 +28,7 @@ from figures.focus_dilution.common import (
     STAGES,
     TOKEN_COLORS,
     FlowSetting,
+    flow_seconds,
     onset_predictions,
     solve_setting,
 )
@@ -94,6 +95,7 @@ def compute(cfg: CyclesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         for r in range(n_seeds)
     ]
     summary = {
+        **flow_seconds(data),
         "setting": {
             "pi": cfg.flow.pi,
             "lambda": cfg.flow.lam,

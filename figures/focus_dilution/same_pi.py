@@ -21,7 +21,12 @@ from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
 from figures.core.verdicts import Prediction
-from figures.focus_dilution.common import FlowSetting, check_horizon, onset_predictions
+from figures.focus_dilution.common import (
+    FlowSetting,
+    check_horizon,
+    flow_seconds,
+    onset_predictions,
+)
 from simulate.focus_dilution.flow import solve_flow, time_grid
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.predictions import predictions
@@ -137,6 +142,7 @@ def compute(cfg: SamePiConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             }
         )
     summary = {
+        **flow_seconds(data),
         "setting": {
             "pi": cfg.flow.pi,
             "eps": cfg.flow.eps,

@@ -30,6 +30,7 @@ from figures.focus_dilution.common import (
     TOKEN_COLORS,
     FlowSetting,
     check_horizon,
+    flow_seconds,
     onset_predictions,
     plateau_predictions,
     solve_setting,
@@ -90,6 +91,7 @@ def compute(cfg: StagesConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         k = int(np.argmin(np.abs(ts - 0.5 * (onsets[r, 0] + onsets[r, 1]))))
         g_meas.append(float(data["sv_W0"].values[r, k, 0]))
     summary = {
+        **flow_seconds(data),
         "setting": {
             "pi": cfg.flow.pi,
             "lambda": cfg.flow.lam,

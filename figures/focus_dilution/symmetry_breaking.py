@@ -32,6 +32,7 @@ from figures.focus_dilution.common import (
     STAGES,
     FlowSetting,
     check_horizon,
+    flow_seconds,
 )
 from simulate.focus_dilution.flow import (
     solve_flow,
@@ -198,6 +199,7 @@ def compute(cfg: SymmetryConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             }
         )
     summary = {
+        **flow_seconds(data),
         "setting": {
             "pi_1": cfg.pi_1,
             "lambda": cfg.flow.lam,

@@ -29,6 +29,7 @@ from figures.focus_dilution.common import (
     STAGES,
     FlowSetting,
     check_horizon,
+    flow_seconds,
     offset_onset_predictions,
     onset_predictions,
 )
@@ -121,6 +122,7 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     meas_sigma = float(np.mean([rates[r]["sigma"] for r in smallest]))
     meas_c = float(np.mean([rates[r]["c"] for r in smallest]))
     summary = {
+        **flow_seconds(data),
         "setting": {
             "pi": cfg.flow.pi,
             "lambda": cfg.flow.lam,

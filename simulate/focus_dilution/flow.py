@@ -17,6 +17,7 @@ The measurement rules (stage onsets, rate windows) live in ``simulate.focus_dilu
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 
 import diffrax
@@ -236,7 +237,8 @@ def solve_flow(
     ``init``) and saved times ``grids[i]`` (or one grid for all; every grid starts at 0 and all
     have the same length). Returns the spec §6 observables with dims ``(run, sample, ...)``, the
     saved times as coordinate ``time (run, sample)`` and per-run coordinates ``eps``, ``seed``;
-    ``attrs`` hold the solver settings."""
+    ``attrs`` hold the solver settings and the seconds spent compiling (tracing included) and
+    solving."""
     pis = np.atleast_2d(np.asarray(pis, float))
     grids = np.atleast_2d(np.asarray(grids, float))
     B = max(len(pis), np.size(eps), np.size(seeds), len(grids))
@@ -265,16 +267,15 @@ def solve_flow(
     if init is None:
         init = initial_batch(d, m, m_k, eps, seeds)
     m, m_k = init.WQ.shape[-2:]
+    args = (jnp.asarray(pis), jnp.asarray(Ps), init, jnp.asarray(grids))
+    start = time.perf_counter()
     with grid_checks_without_callback():  # the grids are checked above
-        obs, steps, reached = _solve_batch(
-            jnp.asarray(pis),
-            jnp.asarray(Ps),
-            init,
-            jnp.asarray(grids),
-            qk_scale=float(qk_scale),
-            rtol=rtol,
-            atol=atol,
-        )
+        solve_batch = _solve_batch.lower(
+            *args, qk_scale=float(qk_scale), rtol=rtol, atol=atol
+        ).compile()
+    compiled = time.perf_counter()
+    obs, steps, reached = jax.block_until_ready(solve_batch(*args))
+    done = time.perf_counter()
     require(
         bool(np.all(np.asarray(reached))),
         "grid",
@@ -306,6 +307,8 @@ def solve_flow(
         m_k=int(m_k),
         qk_scale=float(qk_scale),
         dtype="float64",
+        compile_seconds=compiled - start,
+        run_seconds=done - compiled,
     )
     return data
 

@@ -37,6 +37,7 @@ def test_bad_input_fails_with_exit_code_two(tmp_path, capsys):
 @pytest.mark.slow
 def test_stages_figure(tmp_path):
     s = _run(tmp_path, "figure", "focus-dilution-stages")
+    assert s["flow_compile_seconds"] > 0 and s["flow_run_seconds"] > 0
     pred = s["predicted"]
     on = np.asarray(s["onsets_per_seed"], float)
     assert np.all(np.isfinite(on)) and all(s["stage_order_ok"])
