@@ -9,6 +9,9 @@
   the trainer shards vmapped seeds over these devices to use every core.
 - The Threefry hash behind ``jax.random`` unrolled on the CPU, as on GPUs: the same bits at a
   fraction of the cost where a step draws its own random numbers.
+- One persistent-cache entry per program whichever CPU device it runs on: side-by-side runs
+  (``simulate.side_by_side``) land on whichever device is free, and a program compiled on one
+  must be found when it next runs on another.
 """
 
 from __future__ import annotations
@@ -78,9 +81,35 @@ def use_unrolled_threefry() -> None:
     mlir.register_lowering(threefry2x32_p, unrolled, platform="cpu")
 
 
+def share_cache_between_devices() -> None:
+    """Key the persistent compilation cache without the device a program was compiled for, as
+    JAX keys it for GPUs.
+
+    On the CPU JAX keeps the device assignment in the key, so a side-by-side run (one device
+    per job, whichever is free) found a program in the cache only when it landed on the device
+    it had been compiled on: warm, `stagewise compare incremental --quick` compiled its
+    regression rows' ODE again (12 s) when they changed device. A CPU executable loaded from
+    the cache is set up for the devices of the call that loads it, as on GPUs. JAX has no
+    public switch for this and the rule is private: where a JAX release moves it, the key
+    keeps the device (programs recompile on another device, nothing else changes)."""
+    try:
+        from jax._src import cache_key
+    except ImportError:
+        return
+    hash_options = getattr(cache_key, "_hash_serialized_compile_options", None)
+    if hash_options is None or hash_options.__name__ == "_without_devices":
+        return
+
+    def _without_devices(hash_obj, compile_options, strip_device_assignment=False):
+        return hash_options(hash_obj, compile_options, strip_device_assignment=True)
+
+    cache_key._hash_serialized_compile_options = _without_devices
+
+
 def configure() -> None:
     """What every stagewise process sets before it builds a JAX program."""
     use_cpu_cores()
     use_float64()
     use_unrolled_threefry()
+    share_cache_between_devices()
     enable_compilation_cache()

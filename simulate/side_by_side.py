@@ -1,25 +1,28 @@
-"""A figure's independent runs side by side, one JAX CPU device each.
+"""A figure's runs side by side, one JAX CPU device each.
 
 XLA:CPU runs the small ops of a training step on one core, and a figure's runs (the points of a
-sweep, its c-gram baselines) do not depend on each other, so with D devices
+sweep, its c-gram baselines) mostly do not depend on each other, so with D devices
 (``simulate.runtime.use_cpu_cores``) D of them run at a time, each in a thread pinned to its own
-device; seeds inside such a run stay on that device. SIGINT/SIGTERM reach the main thread's
+device; seeds inside such a run stay on that device. A run that needs others' results (a student
+that measures its KL to trained baselines) is an ``After`` job: it starts once they have finished,
+and the independent runs fill the devices meanwhile. SIGINT/SIGTERM reach the main thread's
 catcher (``simulate.signals``): every running run checkpoints after its chunk in flight and
 stops, and the runs not yet started are not started.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import jax
 
 from simulate import signals
+from theory.validation import require
 
 T = TypeVar("T")
 
@@ -41,36 +44,70 @@ def _pinned(device: Any) -> Iterator[None]:
         _local.devices = None
 
 
-def run_side_by_side(jobs: Sequence[Callable[[], T]]) -> list[T]:
-    """Each job's result, in order; as many jobs at a time as ``devices()``. The first error is
-    raised once the running jobs have stopped; jobs not yet started are then skipped."""
+@dataclass(frozen=True)
+class After(Generic[T]):
+    """A job that needs the results of earlier jobs of the same ``run_side_by_side`` call: it is
+    called as ``job(*their results)`` once they have finished."""
+
+    needs: tuple[int, ...]
+    job: Callable[..., T]
+
+
+def run_side_by_side(jobs: Sequence[Callable[[], T] | After[T]]) -> list[T]:
+    """Each job's result, in order; as many jobs at a time as ``devices()``. A free device takes
+    the first job in list order whose needs have finished (so a caller lists a chain's jobs
+    first). The first error is raised once the running jobs have stopped; jobs not yet started
+    are then skipped."""
+    needs = [job.needs if isinstance(job, After) else () for job in jobs]
+    require(
+        all(0 <= n < i for i, ns in enumerate(needs) for n in ns),
+        "jobs",
+        needs,
+        "needs that name earlier jobs of the same call",
+    )
+
+    def call(i: int, results: dict[int, Any]) -> T:
+        job = jobs[i]
+        if isinstance(job, After):
+            return job.job(*(results[n] for n in job.needs))
+        return job()
+
     pool_devices = devices()
+    results: dict[int, Any] = {}
     if len(pool_devices) == 1 or len(jobs) <= 1:
-        return [job() for job in jobs]
-    free: queue.Queue[Any] = queue.Queue()
-    for device in pool_devices:
-        free.put(device)
+        for i in range(len(jobs)):
+            results[i] = call(i, results)
+        return [results[i] for i in range(len(jobs))]
 
-    stop = threading.Event()  # a job failed or a signal came: start no further job
+    def pinned(i: int, device: Any) -> T:
+        with _pinned(device):
+            return call(i, results)
 
-    def pinned(job: Callable[[], T]) -> T:
-        device = free.get()
-        try:
-            if stop.is_set() or signals.received() is not None:
-                raise CancelledError
-            with _pinned(device):
-                return job()
-        except BaseException:
-            stop.set()
-            raise
-        finally:
-            free.put(device)
-
+    waiting, free = list(range(len(jobs))), list(pool_devices)
+    running: dict[Future[T], tuple[int, Any]] = {}
+    error: BaseException | None = None
     with signals.catching(), ThreadPoolExecutor(len(pool_devices)) as pool:
-        futures: list[Future[T]] = [pool.submit(pinned, job) for job in jobs]
-        errors = [future.exception() for future in futures]
-    # the error that stopped the others, not the cancellations it caused
-    error = next((e for e in errors if e and not isinstance(e, CancelledError)), None)
+        while True:
+            if error is None and signals.received() is None:
+                for i in [i for i in waiting if all(n in results for n in needs[i])]:
+                    if not free:
+                        break
+                    waiting.remove(i)
+                    device = free.pop(0)
+                    running[pool.submit(pinned, i, device)] = (i, device)
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i, device = running.pop(future)
+                free.append(device)
+                failure = future.exception()
+                if failure is None:
+                    results[i] = future.result()
+                elif error is None:
+                    error = failure  # the error that stopped the others
     if error is not None:
         raise error
-    return [future.result() for future in futures]
+    if waiting:  # a signal came: the runs not started are not run
+        raise CancelledError
+    return [results[i] for i in range(len(jobs))]

@@ -1,7 +1,10 @@
 """Seeds sharded over one JAX CPU device per core (simulate.runtime.use_cpu_cores,
 simulate.train.shard_seeds): the same run on one device and on two gives the same trajectory,
-and the state is split only along the seed axis, over as many devices as divide it."""
+and the state is split only along the seed axis, over as many devices as divide it; a program
+compiled on one device is found in the persistent cache when it runs on another
+(simulate.runtime.share_cache_between_devices)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -51,3 +54,41 @@ def test_state_is_split_along_the_seed_axis_only():
         [sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True
     )
     assert out.stdout.split() == ["2", "2", "1", "1"]
+
+
+CACHED_ON = textwrap.dedent(
+    """
+    import json, sys
+    from simulate.runtime import configure
+    configure()
+    import jax, jax.numpy as jnp
+
+    def shared_program(x):
+        return jnp.tanh(x @ x.T).sum(axis=0)
+
+    device = jax.devices()[int(sys.argv[1])]
+    with jax.default_device(device):
+        y = jax.jit(shared_program)(jnp.arange(12.0).reshape(3, 4) / 10)
+    print(json.dumps({"devices": [d.id for d in y.devices()], "y": y.tolist()}))
+    """
+)
+
+
+def test_a_program_compiled_on_one_device_is_found_on_the_other(tmp_path):
+    env = {**os.environ, "STAGEWISE_CPU_DEVICES": "2", "STAGEWISE_CACHE_DIR": str(tmp_path / "c")}
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", CACHED_ON, str(device)],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        for device in (1, 0)
+    ]
+    assert [r["devices"] for r in runs] == [[1], [0]]
+    assert runs[0]["y"] == runs[1]["y"]
+    # the second process loaded the first one's program instead of writing its own
+    assert len(list((tmp_path / "c").glob("jit_shared_program-*"))) == 1

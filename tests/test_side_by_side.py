@@ -1,6 +1,7 @@
-"""A figure's independent runs side by side, one JAX CPU device each (simulate.side_by_side):
-every run gets a device of its own and the trajectory it gets alone; SIGINT stops every running
-run after its chunk in flight, leaves it resumable, and starts no further run."""
+"""A figure's runs side by side, one JAX CPU device each (simulate.side_by_side): every run gets a
+device of its own and the trajectory it gets alone; a run that needs others starts once they have
+finished while independent runs fill the devices; SIGINT stops every running run after its chunk
+in flight, leaves it resumable, and starts no further run."""
 
 import json
 import os
@@ -11,8 +12,11 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
+from simulate.side_by_side import After, run_side_by_side
 from simulate.store import RunStore, load, read_summary
+from theory.validation import ConfigError
 
 SCRIPT = textwrap.dedent(
     """
@@ -80,3 +84,64 @@ def test_sigint_stops_every_running_run_resumably_and_starts_no_other(tmp_path):
     for i in range(2):
         assert read_summary(out / f"run{i}")["status"] == "interrupted"
     assert not (out / "run2").exists()  # the third run never started
+
+
+AFTER_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import threading
+    import time
+    from simulate.runtime import configure
+    configure()
+    from simulate.side_by_side import After, devices, run_side_by_side
+
+    log, lock = {}, threading.Lock()
+
+    def job(name, seconds, *needed):
+        start = time.monotonic()
+        time.sleep(seconds)
+        with lock:
+            log[name] = (start, time.monotonic(), devices()[0].id)
+        return [name, *needed]
+
+    results = run_side_by_side(
+        [
+            lambda: job("slow", 1.5),
+            lambda: job("quick", 0.0),
+            After((0, 1), lambda *done: job("after", 0.0, *done)),
+            lambda: job("filler", 0.0),
+        ]
+    )
+    print(json.dumps({"results": results, "log": log}), flush=True)
+    """
+)
+
+
+def test_a_job_that_needs_others_waits_for_them_while_others_fill_the_devices(tmp_path):
+    (tmp_path / "after.py").write_text(AFTER_SCRIPT)
+    env = {**os.environ, "STAGEWISE_CPU_DEVICES": "2"}
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "after.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["results"] == [["slow"], ["quick"], ["after", ["slow"], ["quick"]], ["filler"]]
+    log = out["log"]
+    assert log["after"][0] >= max(log["slow"][1], log["quick"][1])
+    # the filler, listed after the waiting job, took the device the quick job freed
+    assert log["filler"][0] < log["slow"][1]
+    assert {log["slow"][2], log["filler"][2]} == {0, 1}
+
+
+def test_one_device_runs_the_jobs_in_order_with_their_needs():
+    results = run_side_by_side([lambda: 2, lambda: 3, After((0, 1), lambda a, b: a * b)])
+    assert results == [2, 3, 6]
+
+
+def test_needs_must_name_earlier_jobs():
+    with pytest.raises(ConfigError, match="earlier jobs"):
+        run_side_by_side([After((1,), lambda x: x), lambda: 1])

@@ -6,7 +6,6 @@ before them."""
 import os
 import subprocess
 import sys
-from functools import partial
 from pathlib import Path
 
 import equinox as eqx
@@ -35,12 +34,15 @@ def _trajectory_text(n_save: int) -> str:
     theta0 = head_ode.initial_logits(SETTING, np.full(B, 1e-2), np.arange(B))
     G = jnp.asarray(np.broadcast_to(SETTING.target(), (B, SETTING.h, SETTING.window)))
     y0 = (jnp.zeros((B, SETTING.heads, SETTING.h)), theta0)
-    one = partial(head_ode._trajectory_one, power=METRIC_POWER[SETTING.metric], tied=1)
+    tied = np.zeros(B, bool)
+    power = float(METRIC_POWER[SETTING.metric])
 
-    def batch(G, y0, ts):
-        return jax.vmap(one, in_axes=(0, 0, None))(G, y0, ts)
+    def batch(G, y0, tied, ts, power):
+        return jax.vmap(head_ode._trajectory_one, in_axes=(0, 0, 0, None, None))(
+            G, y0, tied, ts, power
+        )
 
-    return jax.jit(batch).lower(G, y0, head_ode.log_grid(30.0, n_save)).as_text()
+    return jax.jit(batch).lower(G, y0, tied, head_ode.log_grid(30.0, n_save), power).as_text()
 
 
 def test_trajectory_program_has_no_host_callback():

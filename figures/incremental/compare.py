@@ -31,7 +31,7 @@ from simulate.incremental.markov_training import baseline_jobs
 from simulate.incremental.regression_training import RegressionConfig
 from simulate.incremental.tangent_split import tangent_split
 from simulate.runner import Seeds
-from simulate.side_by_side import run_side_by_side
+from simulate.side_by_side import After, run_side_by_side
 
 
 @dataclass(frozen=True)
@@ -59,30 +59,26 @@ class CompareConfig(FigureOptions):
 
 
 def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
-    # Independent work side by side, one job per CPU device, in two rounds: the markov row's
-    # student logs its KL to the learned c-gram baselines, so they train first, beside the
-    # reduced system's predictions (which need the config only); then the student with its
-    # splitting analysis, the longest job, beside its first-order split and the two regression
-    # rows.
+    # Every job side by side, one per CPU device, in one call: the markov row's student logs its
+    # KL to the learned c-gram baselines and compares with the reduced system's predictions, so
+    # it starts once they have finished; the baselines, longest and first in the student's
+    # chain, go first, the other jobs (the predictions, the first-order split, the two
+    # regression rows) fill the devices meanwhile.
     markov = compare_cross_entropy.markov_config(cfg.quick, cfg.flow.seed)
     baselines, jobs = baseline_jobs(markov, run_dir / "markov" / "baselines", quiet=cfg.quiet)
-    # the prediction (about as long as a baseline) goes in after the first two baselines, which
-    # are the longest, so that both devices finish the round at about the same time
-    at = min(2, len(jobs))
-    predict = partial(compare_cross_entropy.reduced_predictions, markov)
-    reduced = run_side_by_side([*jobs[:at], predict, *jobs[at:]])[at]
     attentions = ("positional", "full")
-    ce, first_order, *regression = run_side_by_side(
+    predict = len(jobs)
+    *_, first_order, ce, pos, full = run_side_by_side(
         [
-            partial(
-                compare_cross_entropy.compare,
-                run_dir / "markov",
-                markov,
-                cfg.quiet,
-                baselines,
-                reduced,
-            ),
+            *jobs,
+            partial(compare_cross_entropy.reduced_predictions, markov),
             partial(tangent_split, markov),
+            After(
+                (*range(len(jobs)), predict),
+                lambda *done: compare_cross_entropy.compare(
+                    run_dir / "markov", markov, cfg.quiet, baselines, done[-1]
+                ),
+            ),
             *(
                 partial(
                     compare_regression.compare,
@@ -95,7 +91,7 @@ def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         ]
     )
     pieces, summary = [], {}
-    for attention, (data, part) in zip(attentions, regression, strict=True):
+    for attention, (data, part) in zip(attentions, (pos, full), strict=True):
         pieces.append(data.rename(seed=f"{attention}_seed"))
         summary[f"regression_{attention}"] = part
     pieces.append(ce[0])

@@ -39,17 +39,17 @@ def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     seeds = cfg.noise_seeds
     seed_ids = [cfg.seed + i for i in range(seeds)]
     levels = plateau_levels(setting)
+    # one batch, one program: the noisy seeds, the untied eps = 0 start, the symmetric subspace
     batch = solve(
         setting,
-        [cfg.noise] * seeds + [0.0],
-        seed_ids + [cfg.seed],
+        [cfg.noise] * seeds + [0.0, 0.0],
+        seed_ids + [cfg.seed, cfg.seed],
         cfg.horizon,
         n_save=600 if cfg.quick else 2000,
         levels=levels,
+        symmetric=[False] * (seeds + 1) + [True],
     )
-    sym = solve(
-        setting, [0.0], [cfg.seed], cfg.horizon, n_save=len(batch.ts), levels=levels, symmetric=True
-    )
+    untied, sym = seeds, seeds + 1
     lead = head_system(setting).ladder()[0]
     pred = predict_stages(setting, cfg.noise, t1=lumped_escape_time(setting, lead))
     t1_closed = predict_stages(setting, cfg.noise)[0].time
@@ -59,7 +59,7 @@ def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     # each stage is measured at the event its prediction is about
     measured = np.concatenate([mass_t1[:, None], boundaries[:, 1:]], axis=1)
     plateaus = np.array([measured_plateaus(ts, batch.loss[b], boundaries[b]) for b in range(seeds)])
-    untied_spread = float(np.max(np.abs(batch.s[-1] - batch.s[-1][:, :1, :])))
+    untied_spread = float(np.max(np.abs(batch.s[untied] - batch.s[untied][:, :1, :])))
     K = len(pred)
     later = _later_stages(setting, cfg, batch, levels, K) if covers(setting) else {}
     data = xr.Dataset(
@@ -68,8 +68,8 @@ def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             "value": (("seed", "time", "head", "feature"), batch.v[:seeds]),
             "loss": (("seed", "time"), batch.loss[:seeds]),
             "entry_loss": (("seed", "time", "feature", "lag"), batch.entry_loss[:seeds]),
-            "loss_symmetric_eps0": (("time",), sym.loss[0]),
-            "loss_untied_eps0": (("time",), batch.loss[-1]),
+            "loss_symmetric_eps0": (("time",), batch.loss[sym]),
+            "loss_untied_eps0": (("time",), batch.loss[untied]),
             "plateau_level": (("level",), np.asarray(levels)),
             "predicted_time": (("stage",), np.array([p.time for p in pred], float)),
             "measured_time": (("seed", "stage"), measured),
@@ -127,16 +127,16 @@ def compute(cfg: HeadOdeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         + "; loss crossings located by diffrax events",
         "stages": stages,
         "stall_eps0": {
-            "final_loss": float(sym.loss[0, -1]),
+            "final_loss": float(batch.loss[sym, -1]),
             "plateau_L1": levels[1],
-            "loss_crossings": sym.crossings[0],
+            "loss_crossings": batch.crossings[sym],
             "integrated_on": "the symmetric subspace (heads tied)",
         },
         "eps0_untied_float64": {
             "note": _untied_note(untied_spread),
             "max_head_attention_difference": untied_spread,
-            "loss_crossings": batch.crossings[-1],
-            "final_loss": float(batch.loss[-1, -1]),
+            "loss_crossings": batch.crossings[untied],
+            "final_loss": float(batch.loss[untied, -1]),
         },
         "final_attention_mass_head_by_block_seed0": [
             [float(batch.s[0, -1, k, list(setting.lags(j))].sum()) for j in range(setting.h)]

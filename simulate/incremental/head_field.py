@@ -46,15 +46,23 @@ def vs_field(G, v, s, power: int):
     return _per_head(lambda v_k, s_k: (R @ s_k, softmax_metric_apply(s_k, v_k @ R, power)), v, s)
 
 
-def logit_field(G, v, theta, power: int, tied_heads: int = 1):
-    """(v', theta') with theta' = J(s)^(power-1) R^T v.
+def logit_field(G, v, theta, power, tied=False):
+    """(v', theta') with theta' = J(s)^(power-1) R^T v, ``power`` 1 (replicator metric) or 2
+    (logit metric).
 
-    ``tied_heads = H`` integrates the symmetric subspace exactly: ``v`` and ``theta`` hold one
-    representative head standing for H equal heads (P = H v s^T). In floating point the untied
-    system does not stay symmetric: the solver's stage sums round heads differently and the
-    head-splitting mode amplifies that round-off."""
+    ``power`` and ``tied`` may be traced, so that one compiled program serves both metrics and
+    the symmetric subspace beside free runs. ``tied`` integrates the symmetric subspace
+    exactly: every head moves as the first one (P = H v_1 s_1^T), so the heads stay equal
+    whatever the rounding. In floating point the untied system need not stay symmetric: the
+    solver's stage sums may round heads differently and the head-splitting mode amplifies that
+    round-off."""
+    v = jnp.where(tied, jnp.broadcast_to(v[:1], v.shape), v)
+    theta = jnp.where(tied, jnp.broadcast_to(theta[:1], theta.shape), theta)
     s = _per_head(jax.nn.softmax, theta)
-    R = residual(G, tied_heads * v, s)
-    return _per_head(
-        lambda v_k, s_k: (R @ s_k, softmax_metric_apply(s_k, v_k @ R, power - 1)), v, s
-    )
+    R = residual(G, v, s)
+
+    def head(v_k, s_k):
+        f = v_k @ R
+        return R @ s_k, jnp.where(power == 1, f, softmax_metric_apply(s_k, f, 1))
+
+    return _per_head(head, v, s)

@@ -3,7 +3,8 @@ incremental-ode).
 
 Float64, Tsit5 with a PID controller, saves on a log-spaced grid, and the stage crossings located
 exactly by diffrax events with a Newton root finder. One compiled program serves a whole batch of
-(target G, noise eps, seed) triples through ``jax.vmap``.
+(target G, noise eps, seed) triples through ``jax.vmap``, the symmetric subspace among them, and
+both metrics: the metric and the tying are arguments of the program, not constants of it.
 
 Symmetry breaking (project convention, documented in the README): ``v(0) = 0`` and logits
 ``theta_k(0) = eps * xi_k`` with ``xi_k ~ N(0, I)``; to first order this is the paper's
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
 
 import diffrax
 import jax
@@ -63,12 +63,12 @@ def log_grid(t_max: float, n: int, t_min: float = 1e-2) -> np.ndarray:
     return np.concatenate([[0.0], np.geomspace(t_min, t_max, n - 1)])
 
 
-def _term(power: int, tied: int) -> diffrax.ODETerm:
+def _term(power, tied) -> diffrax.ODETerm:
     # args = (G, level): the level is read by the crossing events only
     return diffrax.ODETerm(lambda t, y, args: logit_field(args[0], y[0], y[1], power, tied))
 
 
-def _trajectory_one(G, y0, ts, *, power: int, tied: int):
+def _trajectory_one(G, y0, tied, ts, power):
     """The state at each of ``ts`` (``ts[0]`` the start): one solve saving on the grid.
 
     Traced under ``simulate.solver_checks.grid_checks_without_callback``, the program has no
@@ -94,13 +94,12 @@ def _trajectory_one(G, y0, ts, *, power: int, tied: int):
     return sol.ys, sol.result == diffrax.RESULTS.successful
 
 
-@partial(jax.jit, static_argnames=("power", "tied"))
-def _trajectory_batch(G, y0, ts, *, power, tied):
-    one = partial(_trajectory_one, power=power, tied=tied)
-    return jax.vmap(one, in_axes=(0, 0, None))(G, y0, ts)
+@jax.jit
+def _trajectory_batch(G, y0, tied, ts, power):
+    return jax.vmap(_trajectory_one, in_axes=(0, 0, 0, None, None))(G, y0, tied, ts, power)
 
 
-def _crossings_one(G, y0, levels, t_max, *, power: int, tied: int):
+def _crossings_one(G, y0, tied, levels, t_max, power):
     """Times at which the loss first falls below each of ``levels`` (nan if not by t_max), each
     found by an event solve from the previous crossing."""
     term = _term(power, tied)
@@ -108,7 +107,8 @@ def _crossings_one(G, y0, levels, t_max, *, power: int, tied: int):
 
     def below_level(t, y, args, **kwargs):
         G_, level = args
-        return loss(G_, tied * y[0], jax.nn.softmax(y[1], -1)) - level
+        v, theta = (jnp.where(tied, jnp.broadcast_to(a[:1], a.shape), a) for a in y)
+        return loss(G_, v, jax.nn.softmax(theta, -1)) - level
 
     event = diffrax.Event(below_level, root_finder=optx.Newton(rtol=1e-10, atol=1e-10))
 
@@ -140,26 +140,26 @@ def _crossings_one(G, y0, levels, t_max, *, power: int, tied: int):
     return crossings
 
 
-@partial(jax.jit, static_argnames=("power", "tied"))
-def _crossings_batch(G, y0, levels, t_max, *, power, tied):
-    return jax.vmap(partial(_crossings_one, power=power, tied=tied), in_axes=(0, 0, 0, None))(
-        G, y0, levels, t_max
+@jax.jit
+def _crossings_batch(G, y0, tied, levels, t_max, power):
+    return jax.vmap(_crossings_one, in_axes=(0, 0, 0, 0, None, None))(
+        G, y0, tied, levels, t_max, power
     )
 
 
 _COMPILED: dict = {}
 
 
-def _compiled(fn, args: tuple, static: dict):
+def _compiled(fn, args: tuple):
     """``fn`` lowered and compiled for the shapes of ``args``, once per process (the solve of
-    a figure's next batch of the same shape neither traces nor compiles again)."""
+    a figure's next batch of the same shapes, either metric, neither traces nor compiles
+    again)."""
     key = (
         fn,
-        tuple(sorted(static.items())),
         tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in jax.tree_util.tree_leaves(args)),
     )
     if key not in _COMPILED:
-        _COMPILED[key] = fn.lower(*args, **static).compile()
+        _COMPILED[key] = fn.lower(*args).compile()
     return _COMPILED[key]
 
 
@@ -171,19 +171,20 @@ def solve(
     n_save: int = 1500,
     targets: ArrayLike | None = None,
     levels: ArrayLike | None = None,
-    symmetric: bool = False,
+    symmetric: ArrayLike = False,
     theta0: ArrayLike | None = None,
 ) -> OdeBatch:
     """Integrate a batch: ``eps``, ``seeds`` (and optionally ``targets`` G, ``levels`` plateau
     levels)
     are given per trajectory; ``levels`` default to the derived plateau levels of ``setting``.
 
-    ``symmetric=True`` integrates the exact symmetric subspace (all heads equal, eps unused); the
-    returned arrays still have H heads, all equal. ``theta0`` (B x H x T) replaces the noise draw
-    (e.g. the logits a network's initialisation maps to)."""
+    ``symmetric`` (one flag, or one per trajectory) integrates the exact symmetric subspace (all
+    heads equal, from v = theta = 0; eps and ``theta0`` unused there). ``theta0`` (B x H x T)
+    replaces the noise draw (e.g. the logits a network's initialisation maps to)."""
     eps, seeds = np.atleast_1d(eps).astype(float), np.atleast_1d(seeds)
     B = max(len(eps), len(seeds))
     eps, seeds = np.broadcast_to(eps, (B,)), np.broadcast_to(seeds, (B,))
+    tied = np.broadcast_to(np.asarray(symmetric, bool), (B,))
     if targets is None:
         targets = np.broadcast_to(setting.target(), (B, setting.h, setting.window))
     if levels is None:
@@ -197,19 +198,20 @@ def solve(
     # diffrax's own checks of the grid are traced without their callback: check it here
     require(bool(np.all(np.diff(grid) > 0)), "t_max", t_max, "a horizon above 0.01")
     theta0 = initial_logits(setting, eps, seeds) if theta0 is None else jnp.asarray(theta0)
-    if symmetric:
-        theta0 = jnp.zeros_like(theta0[:, :1])
+    theta0 = jnp.where(tied[:, None, None], 0.0, theta0)
     G = jnp.asarray(targets)
     H = theta0.shape[1]
     y0 = (jnp.zeros((B, H, setting.h)), theta0)
-    static = {"power": METRIC_POWER[setting.metric], "tied": setting.heads if symmetric else 1}
+    power = float(METRIC_POWER[setting.metric])
+    trajectory_args = (G, y0, tied, grid, power)
+    crossing_args = (G, y0, tied, jnp.asarray(mids), float(t_max), power)
     t0 = time.perf_counter()
     with grid_checks_without_callback():
-        trajectory = _compiled(_trajectory_batch, (G, y0, grid), static)
-    cross = _compiled(_crossings_batch, (G, y0, jnp.asarray(mids), float(t_max)), static)
+        trajectory = _compiled(_trajectory_batch, trajectory_args)
+    cross = _compiled(_crossings_batch, crossing_args)
     t1 = time.perf_counter()
-    crossings = cross(G, y0, jnp.asarray(mids), float(t_max))
-    (v, theta), reached = trajectory(G, y0, grid)
+    crossings = cross(*crossing_args)
+    (v, theta), reached = trajectory(*trajectory_args)
     # dispatch is asynchronous: the run ends when the trajectory and the crossings are computed
     crossings, v, theta, reached = jax.block_until_ready((crossings, v, theta, reached))
     t2 = time.perf_counter()
@@ -220,8 +222,8 @@ def solve(
         f"a horizon the solver reaches (it stopped before t_max: its {MAX_STEPS} steps ran out "
         "or its step size underflowed)",
     )
-    if symmetric:
-        v, theta = (jnp.repeat(a, setting.heads, axis=2) for a in (v, theta))
+    # a tied trajectory is its first head's (the others move with it but may round apart)
+    v, theta = (jnp.where(tied[:, None, None, None], a[:, :, :1], a) for a in (v, theta))
     s = jax.nn.softmax(theta, -1)
     G = jnp.asarray(targets)[:, None]
     L = jax.vmap(jax.vmap(loss))(jnp.broadcast_to(G, v.shape[:2] + G.shape[2:]), v, s)

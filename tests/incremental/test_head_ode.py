@@ -1,10 +1,13 @@
-"""Tests of simulate.incremental.head_ode: diffrax vs scipy, the symmetric stall, event crossings
-and batching."""
+"""Tests of simulate.incremental.head_ode: diffrax vs scipy, the symmetric stall, event crossings,
+batching and the programs shared by both metrics and by the symmetric subspace."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
+from simulate.incremental import head_ode
 from simulate.incremental.head_ode import initial_logits, log_grid, plateau_levels, solve
 from simulate.measure.stages import midpoints, stage_times
 from theory.incremental.heads import HeadSetting
@@ -16,7 +19,8 @@ EPS, SEEDS = (1e-2, 3e-2), (0, 1)
 
 
 def _reference(setting, theta0, ts):
-    """The reduced ODE in logits, written directly: v_k' = R s_k, theta_k' = R^T v_k."""
+    """The reduced ODE in logits, written directly: v_k' = R s_k, theta_k' = R^T v_k (replicator
+    metric) or J(s_k) R^T v_k (logit metric)."""
     H, h, T = setting.heads, setting.h, setting.window
     G = setting.target()
 
@@ -26,7 +30,10 @@ def _reference(setting, theta0, ts):
         e = np.exp(th - th.max(-1, keepdims=True))
         s = e / e.sum(-1, keepdims=True)
         R = G - v.T @ s
-        return np.concatenate([(s @ R.T).ravel(), (v @ R).ravel()])
+        dth = v @ R
+        if setting.metric == "logit":
+            dth = s * (dth - np.sum(s * dth, axis=-1, keepdims=True))
+        return np.concatenate([(s @ R.T).ravel(), dth.ravel()])
 
     y0 = np.concatenate([np.zeros(H * h), np.asarray(theta0).ravel()])
     sol = solve_ivp(rhs, (0.0, ts[-1]), y0, method="DOP853", t_eval=ts, rtol=1e-10, atol=1e-12)
@@ -121,3 +128,43 @@ def test_vmapped_batch_equals_single_solves(singles, batch):
         np.testing.assert_allclose(batch.s[b], single.s[0], rtol=0, atol=1e-10)
         np.testing.assert_allclose(batch.loss[b], single.loss[0], rtol=0, atol=1e-10)
         np.testing.assert_allclose(batch.crossings[b], single.crossings[0], rtol=1e-10)
+
+
+def test_one_program_serves_both_metrics(singles):
+    """The metric is an argument of the compiled programs, not a constant of them: a logit-metric
+    solve of the replicator solves' shapes compiles nothing new, and follows the logit field."""
+    logit = replace(SETTING, metric="logit")
+    programs = len(head_ode._COMPILED)
+    sol = solve(logit, [EPS[0]], [SEEDS[0]], t_max=T_MAX, n_save=N_SAVE)
+    assert len(head_ode._COMPILED) == programs
+    theta0 = np.asarray(initial_logits(SETTING, np.array([EPS[0]]), np.array([SEEDS[0]])))[0]
+    v, s, L = _reference(logit, theta0, sol.ts)
+    np.testing.assert_allclose(sol.v[0], v, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(sol.s[0], s, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(sol.loss[0], L, rtol=0, atol=1e-6)
+    # not the replicator trajectory: the two metrics part well above the tolerance
+    assert np.max(np.abs(sol.s[0] - singles[0].s[0])) > 1e-2
+
+
+def test_symmetric_subspace_beside_free_runs(batch):
+    """A tied trajectory rides in a batch of free ones: it starts at v = theta = 0 whatever its
+    eps, its heads are bitwise equal, it follows the exactly symmetric start (here the untied
+    eps = 0 run, which stays symmetric over this horizon), and the free runs beside it are the
+    ones solved without it."""
+    mixed = solve(
+        SETTING,
+        [*EPS, 0.0, EPS[1]],
+        [*SEEDS, 0, SEEDS[1]],
+        t_max=T_MAX,
+        n_save=N_SAVE,
+        symmetric=[False, False, False, True],
+    )
+    tied, untied = 3, 2
+    assert np.all(mixed.s[tied, :, 0] == mixed.s[tied, :, 1])
+    assert np.all(mixed.v[tied, :, 0] == mixed.v[tied, :, 1])
+    np.testing.assert_allclose(mixed.loss[tied], mixed.loss[untied], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(mixed.s[tied], mixed.s[untied], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mixed.crossings[tied], mixed.crossings[untied], rtol=1e-12)
+    for b in range(len(EPS)):
+        np.testing.assert_allclose(mixed.s[b], batch.s[b], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(mixed.crossings[b], batch.crossings[b], rtol=1e-10)
