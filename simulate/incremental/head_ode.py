@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss
 from simulate.measure.stages import midpoints
+from simulate.side_by_side import devices
 from simulate.solver_checks import grid_checks_without_callback
 from theory.incremental.heads import METRIC_POWER, HeadSetting, head_system
 from theory.validation import require
@@ -151,11 +152,13 @@ _COMPILED: dict = {}
 
 
 def _compiled(fn, args: tuple):
-    """``fn`` lowered and compiled for the shapes of ``args``, once per process (the solve of
-    a figure's next batch of the same shapes, either metric, neither traces nor compiles
-    again)."""
+    """``fn`` lowered and compiled for the shapes of ``args`` and the current device, once per
+    process (the solve of a figure's next batch of the same shapes, either metric, on the same
+    device neither traces nor compiles again; an executable runs on the device it was compiled
+    for, and side-by-side jobs each have their own)."""
     key = (
         fn,
+        devices()[0],
         tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in jax.tree_util.tree_leaves(args)),
     )
     if key not in _COMPILED:
