@@ -46,6 +46,11 @@ def vs_field(G, v, s, power: int):
     return _per_head(lambda v_k, s_k: (R @ s_k, softmax_metric_apply(s_k, v_k @ R, power)), v, s)
 
 
+def tie_heads(x, tied):
+    """``x`` (heads first) with every head replaced by the first one where ``tied``."""
+    return jnp.where(tied, jnp.broadcast_to(x[:1], x.shape), x)
+
+
 def logit_field(G, v, theta, power, tied=False):
     """(v', theta') with theta' = J(s)^(power-1) R^T v, ``power`` 1 (replicator metric) or 2
     (logit metric).
@@ -56,8 +61,7 @@ def logit_field(G, v, theta, power, tied=False):
     whatever the rounding. In floating point the untied system need not stay symmetric: the
     solver's stage sums may round heads differently and the head-splitting mode amplifies that
     round-off."""
-    v = jnp.where(tied, jnp.broadcast_to(v[:1], v.shape), v)
-    theta = jnp.where(tied, jnp.broadcast_to(theta[:1], theta.shape), theta)
+    v, theta = tie_heads(v, tied), tie_heads(theta, tied)
     s = _per_head(jax.nn.softmax, theta)
     R = residual(G, v, s)
 

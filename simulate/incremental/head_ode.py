@@ -23,7 +23,7 @@ import numpy as np
 import optimistix as optx
 from numpy.typing import ArrayLike
 
-from simulate.incremental.head_field import entry_losses, logit_field, loss
+from simulate.incremental.head_field import entry_losses, logit_field, loss, tie_heads
 from simulate.measure.stages import midpoints
 from simulate.side_by_side import devices
 from simulate.solver_checks import grid_checks_without_callback
@@ -108,7 +108,7 @@ def _crossings_one(G, y0, tied, levels, t_max, power):
 
     def below_level(t, y, args, **kwargs):
         G_, level = args
-        v, theta = (jnp.where(tied, jnp.broadcast_to(a[:1], a.shape), a) for a in y)
+        v, theta = (tie_heads(a, tied) for a in y)
         return loss(G_, v, jax.nn.softmax(theta, -1)) - level
 
     event = diffrax.Event(below_level, root_finder=optx.Newton(rtol=1e-10, atol=1e-10))
@@ -187,7 +187,9 @@ def solve(
     eps, seeds = np.atleast_1d(eps).astype(float), np.atleast_1d(seeds)
     B = max(len(eps), len(seeds))
     eps, seeds = np.broadcast_to(eps, (B,)), np.broadcast_to(seeds, (B,))
-    tied = np.broadcast_to(np.asarray(symmetric, bool), (B,))
+    tied = np.asarray(symmetric, bool)
+    require(tied.size in (1, B), "symmetric", symmetric, f"one flag or one per trajectory ({B})")
+    tied = np.broadcast_to(tied.ravel(), (B,))
     if targets is None:
         targets = np.broadcast_to(setting.target(), (B, setting.h, setting.window))
     if levels is None:

@@ -11,6 +11,7 @@ from simulate.incremental import head_ode
 from simulate.incremental.head_ode import initial_logits, log_grid, plateau_levels, solve
 from simulate.measure.stages import midpoints, stage_times
 from theory.incremental.heads import HeadSetting
+from theory.validation import ConfigError
 
 SETTING = HeadSetting(heads=2, blocks=(1, 1), window=5)  # replicator metric
 N_SAVE = 200
@@ -168,3 +169,8 @@ def test_symmetric_subspace_beside_free_runs(batch):
     for b in range(len(EPS)):
         np.testing.assert_allclose(mixed.s[b], batch.s[b], rtol=0, atol=1e-10)
         np.testing.assert_allclose(mixed.crossings[b], batch.crossings[b], rtol=1e-10)
+
+
+def test_symmetric_takes_one_flag_or_one_per_trajectory():
+    with pytest.raises(ConfigError, match="one flag or one per trajectory"):
+        solve(SETTING, list(EPS), list(SEEDS), t_max=T_MAX, symmetric=[True, False, True])
