@@ -279,7 +279,7 @@ def solve_flow(
     require(
         bool(np.all(np.asarray(reached))),
         "grid",
-        "grid",
+        f"saved times up to t = {grids[:, -1].max():.4g}",
         f"saved times the solver reaches (it stopped early: its {MAX_STEPS} steps ran out or its "
         "step size underflowed)",
     )
