@@ -1,16 +1,17 @@
 """``stagewise compare incremental``: stage levels and times predicted by the reduced head system
-beside those measured in training (spec incremental.md §5, §7; issue 4 item 5).
+beside those measured in training (spec incremental.md §5, §7; issue 4 item 5, issue 17 item 4).
 
 Two comparisons, one table each (stdout and summary.json) and one figure:
-1. Regression variant under gradient flow (``figures.incremental.compare_regression``): the map from
-the network
-   to the reduced system is exact, so starts are compared in ODE time with no fitted constant; once
-   with the content blocks of W_Q switched off (the reduction's positional-attention assumption made
-   structural) and once with all of W_Q trained (the minimal transformer of spec §3.1).
+
+1. Regression variant under gradient flow (``figures.incremental.compare_regression``): the map
+   from the network to the reduced system is exact, so starts are compared in ODE time with no
+   fitted constant; once with the content blocks of W_Q switched off (the reduction's
+   positional-attention assumption made structural) and once with all of W_Q trained (the
+   minimal transformer of spec §3.1).
 2. Cross-entropy on the Markov chain with AdamW (``figures.incremental.compare_cross_entropy``):
-Adam has no
-   time map to the flow, so only the order of the stages, their plateau levels and the ratios of
-   stage durations are compared.
+   AdamW has no exact time map to the flow, so the order of the stages, their plateau levels and
+   the ratios of stage durations are compared, and the durations in steps through the time map
+   the heads' first-order split derives (no fitted constant), beside AdamW's splitting rate.
 """
 
 from __future__ import annotations
