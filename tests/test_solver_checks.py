@@ -82,8 +82,9 @@ def test_unreachable_grid_is_rejected(monkeypatch):
 
 
 def test_solves_reach_the_persistent_cache(tmp_path):
-    """A fresh process with an empty cache writes the head ODE's trajectory and crossing
-    programs and the flow's into it (the crossings had no host callback before either)."""
+    """A fresh process with an empty cache stores the head ODE's trajectory and crossing
+    programs and the flow's (``simulate.program_store``) and writes their compiled calls into
+    the compilation cache; a second process finds every program there and writes nothing."""
     script = (
         "import numpy as np\n"
         "from simulate.runtime import configure\n"
@@ -98,5 +99,8 @@ def test_solves_reach_the_persistent_cache(tmp_path):
     )
     env = {**os.environ, "STAGEWISE_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
-    written = {p.name.split("-")[0] for p in tmp_path.iterdir()}
-    assert {"jit__trajectory_batch", "jit__crossings_batch", "jit__solve_batch"} <= written
+    written = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert len(list((tmp_path / "exported").glob("*.jaxexport"))) == 3
+    assert len([name for name in written if name.startswith("jit_call-")]) == 3
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == written

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from simulate import program_store
 from simulate.solver_checks import grid_checks_without_callback
 from theory.focus_dilution.manifold import (
     StageFourPoint,
@@ -270,9 +271,9 @@ def solve_flow(
     args = (jnp.asarray(pis), jnp.asarray(Ps), init, jnp.asarray(grids))
     start = time.perf_counter()
     with grid_checks_without_callback():  # the grids are checked above
-        solve_batch = _solve_batch.lower(
-            *args, qk_scale=float(qk_scale), rtol=rtol, atol=atol
-        ).compile()
+        solve_batch = program_store.compiled(
+            _solve_batch, args, {"qk_scale": float(qk_scale), "rtol": rtol, "atol": atol}
+        )
     compiled = time.perf_counter()
     obs, steps, reached = jax.block_until_ready(solve_batch(*args))
     done = time.perf_counter()

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simulate import program_store
 from simulate.focus_dilution.flow import flow_field, manifold_field, population_loss_mphi
 from simulate.focus_dilution.measure import STAGE_FOUR_LEVEL, _crossing, stage_onsets
 from simulate.solver_checks import grid_checks_without_callback
@@ -266,8 +267,9 @@ def _stage_four_fire(
     t_end = T_III + (math.log(1 / A) + 6) / mu
     require(t_end > 0, "pi", pi.tolist(), "a chain with a Stage-IV transit after t = 0")
     grid = np.linspace(0.0, t_end, STAGE_FOUR_SAMPLES)
+    args = (init, jnp.asarray(pi), jnp.asarray(P), grid)
     with grid_checks_without_callback():  # increasing from 0, as diffrax's checks require
-        W0, reached = _rank_two_solve(init, jnp.asarray(pi), jnp.asarray(P), grid)
+        W0, reached = program_store.compiled(_rank_two_solve, args)(*args)
     require(
         bool(reached),
         "pi",

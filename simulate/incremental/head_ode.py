@@ -23,6 +23,7 @@ import numpy as np
 import optimistix as optx
 from numpy.typing import ArrayLike
 
+from simulate import program_store
 from simulate.incremental.head_field import entry_losses, logit_field, loss, tie_heads
 from simulate.measure.stages import midpoints
 from simulate.side_by_side import devices
@@ -152,17 +153,18 @@ _COMPILED: dict = {}
 
 
 def _compiled(fn, args: tuple):
-    """``fn`` lowered and compiled for the shapes of ``args`` and the current device, once per
-    process (the solve of a figure's next batch of the same shapes, either metric, on the same
-    device neither traces nor compiles again; an executable runs on the device it was compiled
-    for, and side-by-side jobs each have their own)."""
+    """``fn`` compiled for the shapes of ``args`` and the current device, once per process (the
+    solve of a figure's next batch of the same shapes, either metric, on the same device neither
+    traces nor compiles again; an executable runs on the device it was compiled for, and
+    side-by-side jobs each have their own), and traced once per machine
+    (``simulate.program_store``)."""
     key = (
         fn,
         devices()[0],
         tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in jax.tree_util.tree_leaves(args)),
     )
     if key not in _COMPILED:
-        _COMPILED[key] = fn.lower(*args).compile()
+        _COMPILED[key] = program_store.compiled(fn, args)
     return _COMPILED[key]
 
 
