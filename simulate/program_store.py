@@ -33,6 +33,7 @@ import jax
 from jax import export
 
 from simulate.runtime import cache_dir
+from simulate.side_by_side import devices
 
 _LIBRARIES = ("jax", "jaxlib", "diffrax", "equinox", "optimistix", "lineax", "optax")
 _SETTINGS = (
@@ -117,19 +118,29 @@ def _write(path: Path, exported: export.Exported) -> None:
     os.replace(part, path)
 
 
+_LOADED: dict[tuple[str, Any], Callable] = {}
+"""This process's executables by entry and device: the same program called again on the same
+device neither loads nor compiles (an executable runs on the device it was compiled for, and
+side-by-side jobs each have their own)."""
+
+
 def compiled(fn: Callable, args: tuple, static: dict[str, Any] | None = None) -> Callable:
     """``fn.lower(*args, **static).compile()`` through the store: ``fn`` is traced (and
-    exported) only when no earlier process stored it; the returned executable takes arguments
-    shaped like ``args``. The store keeps the arguments as a flat list (an exported program
-    keeps its argument tree, and our pytree types would each need registering); results must
-    be tuples, lists or dicts of arrays."""
+    exported) only when no earlier process stored it, and compiled once per process and device;
+    the returned executable takes arguments shaped like ``args``. The store keeps the arguments
+    as a flat list (an exported program keeps its argument tree, and our pytree types would
+    each need registering); results must be tuples, lists or dicts of arrays."""
     static = static or {}
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    path = store_dir() / f"{key(fn, args, static)}.jaxexport"
-    program = _read(path)
-    if program is None:
-        flat = jax.jit(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs), **static))
-        program = export.export(flat)(*leaves)
-        _write(path, program)
-    executable = jax.jit(program.call).lower(*leaves).compile()
-    return lambda *xs: executable(*jax.tree_util.tree_leaves(xs))
+    entry = key(fn, args, static)
+    loaded = (entry, devices()[0])
+    if loaded not in _LOADED:
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        path = store_dir() / f"{entry}.jaxexport"
+        program = _read(path)
+        if program is None:
+            flat = jax.jit(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs), **static))
+            program = export.export(flat)(*leaves)
+            _write(path, program)
+        executable = jax.jit(program.call).lower(*leaves).compile()
+        _LOADED[loaded] = lambda *xs: executable(*jax.tree_util.tree_leaves(xs))
+    return _LOADED[loaded]

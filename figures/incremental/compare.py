@@ -213,7 +213,9 @@ FIGURE = Figure(
         "loss with the derived levels (grey dotted) and the stage starts predicted (dashed "
         "verticals) and measured (solid verticals), then each head's attention mass per block. "
         "Row 3: cross-entropy with AdamW on the Markov chain: the loss with the class levels "
-        "and the measured stage starts, the KL to the truncated teachers and to the learned "
+        "and the measured stage starts (purple dashed: the loss of AdamW on the expected "
+        "moments of its minibatch gradients up to the stage-1 midpoint, from the run's own "
+        "initial parameters), the KL to the truncated teachers and to the learned "
         "baselines, and the ratios of stage durations (t_k - t_{k-1}) / t_1 against the reduced "
         "system's under both metrics."
     ),

@@ -21,7 +21,10 @@ rates and durations through a derived map:
   (``simulate.incremental.tangent_split``), against the run's split and rate;
 - durations in steps: the reduced system's stage durations times the steps per ODE time the
   first-order split derives (its step over the reduced system's split time; issue 17 item 4),
-  against the measured ones.
+  against the measured ones;
+- the stage-1 start: AdamW on the expected moments of its minibatch gradients
+  (``simulate.incremental.adam_moments``: the mean in the first, mean^2 + variance / batch in the
+  second), from the run's own initial parameters, against the run's.
 Stage k starts when the validation loss falls below the midpoint of the class-(k-1) and class-k
 levels (class 0: uniform prediction, ln d).
 """
@@ -38,6 +41,8 @@ import xarray as xr
 from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
+from simulate.incremental.adam_moments import RULE as STAGE_ONE_RULE
+from simulate.incremental.adam_moments import predicted_stage_one
 from simulate.incremental.head_ode import plateau_levels, solve
 from simulate.incremental.markov_reduction import mapped_logits, ode_split_times, reduced_setting
 from simulate.incremental.markov_training import (
@@ -121,6 +126,7 @@ def compare(
     (``markov_training.baseline_jobs``) and compare it with the ``reduced`` system
     (``reduced_predictions``)."""
     cfg = replace(cfg, baselines=baselines)
+    stage_one = predicted_stage_one(cfg, baselines)
     path = markov_training.run(cfg, RunOutput(out=out / "student", quiet=quiet))
     ds, _ = load(path)
     summary_run = read_summary(path)
@@ -149,6 +155,7 @@ def compare(
                 "level_predicted": float(levels[k + 1]),
                 "level_measured": plateaus[k],
                 "start_measured": float(measured[k]),
+                "start_expected_moments": stage_one["start"] if k == 0 else float("nan"),
                 "ladder_step": float(ladder[k - 1]) if k >= 1 else float("nan"),
                 **{f"duration_ratio_{m}": duration_ratio(predicted[m], k) for m in METRICS},
                 "duration_ratio_measured": duration_ratio(measured, k),
@@ -161,9 +168,11 @@ def compare(
             "ce_kl_baseline": (("ce_step", "baseline"), run["kl_baseline"].values),
             "ce_head_asymmetry": (("ce_step",), run["head_asymmetry"].values),
             **{f"ce_ode_loss_{m}": ((f"ce_time_{m}",), reduced[m].loss) for m in METRICS},
+            "ce_expected_moment_loss": (("ce_em_step",), np.asarray(stage_one["losses"])),
         },
         coords={
             "ce_step": steps,
+            "ce_em_step": np.arange(len(stage_one["losses"]), dtype=float),
             "yardstick": run["yardstick"].values,
             "baseline": run["baseline"].values,
             **{f"ce_time_{m}": reduced[m].ts for m in METRICS},
@@ -180,6 +189,7 @@ def compare(
         "predicted_ode_starts": {m: predicted[m].tolist() for m in METRICS},
         "ode_split_times": {m: reduced[m].split_time for m in METRICS},
         "splitting": splitting,
+        "stage_one_expected_moments": {k: stage_one[k] for k in ("rule", "midpoint", "start")},
         "heads_split_step": float(summary_run["heads_split_step_per_seed"][0]),
         "bayes_loss": summary_run["bayes_loss"],
         "final_val_loss": float(loss[-1]),
@@ -306,6 +316,17 @@ def predictions(part: dict) -> list[Prediction]:
                 )
                 for metric in METRICS
             ]
+    first = part["rows"][0]
+    if math.isfinite(first.get("start_expected_moments", float("nan"))):
+        rows.append(
+            Prediction(
+                "AdamW stage-1 start (step), expected moments",
+                first["start_expected_moments"],
+                first["start_measured"],
+                RATE_TOLERANCE,
+                f"{STAGE_ONE_RULE}; measured: {STAGE_RULE}; 25%, the issue's target for durations",
+            )
+        )
     split = part.get("splitting")
     if split is not None:
         rows.append(
@@ -375,6 +396,12 @@ def report(part: dict) -> str:
             for r in part["rows"]
         ],
     )
+    first = part["rows"][0]
+    if math.isfinite(first.get("start_expected_moments", float("nan"))):
+        table += (
+            f"\nstage 1 from AdamW's expected moments (minibatch noise in the second moment): "
+            f"step {first['start_expected_moments']:.1f}, measured {first['start_measured']:.1f}"
+        )
     split = part.get("splitting")
     if split is not None and math.isfinite(float(split["rate_predicted"])):
         table += (
@@ -420,6 +447,14 @@ def plot_row(axes, data: xr.Dataset, part: dict):
     starts = [r["start_measured"] for r in part["rows"]]
     ax = axes[0]
     ax.plot(steps, data["ce_val_loss"].values, color="k", label="validation loss")
+    if "ce_expected_moment_loss" in data:
+        ax.plot(
+            data["ce_em_step"].values,
+            data["ce_expected_moment_loss"].values,
+            color="tab:purple",
+            ls="--",
+            label="stage 1, AdamW's expected moments",
+        )
     ax.axhline(part["levels"][0], color="grey", ls=":", lw=1, label="ln d")
     for k, level in enumerate(part["levels"][1:-1]):
         ax.axhline(

@@ -370,14 +370,14 @@ def manifold_trajectory(
         else float(t_end)
     )
     rate = float(stage_two_rate(pi, P))
-    ts, xs, solved = _manifold_solve(
+    args = (
         jnp.asarray(second_point_state(pi, kappa_seed)),
         jnp.asarray(pi),
         jnp.asarray(P, float),
         horizon,
         float(rest_tol),
-        max_steps=max_steps,
     )
+    ts, xs, solved = program_store.compiled(_manifold_solve, args, {"max_steps": max_steps})(*args)
     # a slow Stage II (small repeat probability) can need more steps than the budget
     require(
         bool(solved),

@@ -128,7 +128,7 @@ def reduced_run(
     """The manifold flow from ``x0`` with the transverse seeds ``Z0`` (``(2d + 2) x k``) up to rest
     (``||field|| <= rest_tol`` after ``t_min``) or ``t_end``, whichever comes first."""
     pi = validate_pi(pi)
-    ts, (xs, Zs, gain, scale), rested = _reduced_solve(
+    args = (
         jnp.asarray(x0, jnp.float64),
         jnp.asarray(Z0, jnp.float64),
         jnp.asarray(pi),
@@ -136,8 +136,9 @@ def reduced_run(
         float(t_end),
         float(rest_tol),
         float(t_min),
-        max_steps=MAX_STEPS,
     )
+    solve = program_store.compiled(_reduced_solve, args, {"max_steps": MAX_STEPS})
+    ts, (xs, Zs, gain, scale), rested = solve(*args)
     require(
         bool(rested),
         "pi",

@@ -26,7 +26,6 @@ from numpy.typing import ArrayLike
 from simulate import program_store
 from simulate.incremental.head_field import entry_losses, logit_field, loss, tie_heads
 from simulate.measure.stages import midpoints
-from simulate.side_by_side import devices
 from simulate.solver_checks import grid_checks_without_callback
 from theory.incremental.heads import METRIC_POWER, HeadSetting, head_system
 from theory.validation import require
@@ -149,25 +148,6 @@ def _crossings_batch(G, y0, tied, levels, t_max, power):
     )
 
 
-_COMPILED: dict = {}
-
-
-def _compiled(fn, args: tuple):
-    """``fn`` compiled for the shapes of ``args`` and the current device, once per process (the
-    solve of a figure's next batch of the same shapes, either metric, on the same device neither
-    traces nor compiles again; an executable runs on the device it was compiled for, and
-    side-by-side jobs each have their own), and traced once per machine
-    (``simulate.program_store``)."""
-    key = (
-        fn,
-        devices()[0],
-        tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in jax.tree_util.tree_leaves(args)),
-    )
-    if key not in _COMPILED:
-        _COMPILED[key] = program_store.compiled(fn, args)
-    return _COMPILED[key]
-
-
 def solve(
     setting: HeadSetting,
     eps: ArrayLike,
@@ -214,8 +194,8 @@ def solve(
     crossing_args = (G, y0, tied, jnp.asarray(mids), float(t_max), power)
     t0 = time.perf_counter()
     with grid_checks_without_callback():
-        trajectory = _compiled(_trajectory_batch, trajectory_args)
-    cross = _compiled(_crossings_batch, crossing_args)
+        trajectory = program_store.compiled(_trajectory_batch, trajectory_args)
+    cross = program_store.compiled(_crossings_batch, crossing_args)
     t1 = time.perf_counter()
     crossings = cross(*crossing_args)
     (v, theta), reached = trajectory(*trajectory_args)

@@ -47,6 +47,9 @@ def test_compare_incremental_quick(tmp_path, capsys):
     ce = summary["cross_entropy"]
     assert ce["order_predicted"] == [1, 2, 3]
     assert len(ce["rows"]) == 3 and np.isfinite(ce["rows"][-1]["start_measured"])
+    # stage 1 from AdamW's expected moments, from the run's own initial parameters: within 25%
+    first = ce["rows"][0]
+    assert abs(first["start_expected_moments"] / first["start_measured"] - 1) < 0.25
     # AdamW's head-splitting rate: the linearised optimizer at the plateau, within 25%
     split = ce["splitting"]
     assert abs(split["rate_predicted"] / split["rate_measured"] - 1) < 0.25

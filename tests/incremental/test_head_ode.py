@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from simulate.incremental import head_ode
+from simulate import program_store
 from simulate.incremental.head_ode import initial_logits, log_grid, plateau_levels, solve
 from simulate.measure.stages import midpoints, stage_times
 from theory.incremental.heads import HeadSetting
@@ -135,9 +135,9 @@ def test_one_program_serves_both_metrics(singles):
     """The metric is an argument of the compiled programs, not a constant of them: a logit-metric
     solve of the replicator solves' shapes compiles nothing new, and follows the logit field."""
     logit = replace(SETTING, metric="logit")
-    programs = len(head_ode._COMPILED)
+    programs = len(program_store._LOADED)
     sol = solve(logit, [EPS[0]], [SEEDS[0]], t_max=T_MAX, n_save=N_SAVE)
-    assert len(head_ode._COMPILED) == programs
+    assert len(program_store._LOADED) == programs
     theta0 = np.asarray(initial_logits(SETTING, np.array([EPS[0]]), np.array([SEEDS[0]])))[0]
     v, s, L = _reference(logit, theta0, sol.ts)
     np.testing.assert_allclose(sol.v[0], v, rtol=0, atol=1e-6)

@@ -1,0 +1,165 @@
+"""Stage 1 of the minimal transformer under AdamW, from the optimizer's expected moments (spec
+incremental.md §7; issue 17 item 4, stage 1).
+
+AdamW moves each entry by ``lr m_hat / (sqrt(v_hat) + eps)``, its moments averaging the minibatch
+gradient ``g_t``. For B fresh sequences a step, ``g_t`` has mean ``mu(theta)``, the population
+gradient, and variance ``sigma^2(theta) / B``, ``sigma^2`` the variance of one sequence's gradient.
+Replacing ``g_t`` by ``mu`` in the first moment and ``g_t^2`` by its expectation
+``mu^2 + sigma^2 / B`` in the second gives a deterministic map of the parameters and both moments:
+no minibatch is drawn and nothing is fitted. Its step per entry is about
+``lr |mu| / sqrt(mu^2 + sigma^2 / B)``. In stage 1 the noise term matters little (the quick
+setting's predicted start moves from step 17.7 to 17.4 without it); what sets the stage is that
+every entry moves by about ``lr`` a step while its mean gradient keeps its sign and turns with the
+first moment when the sign flips (a fixed step along the initial signs overshoots at once: along
+it the quick setting's validation loss never falls below 2.7 nats, against a stage-1 midpoint of
+1.95), not the reduced flow's time.
+
+Stage 1 starts where the predicted validation loss crosses the midpoint of ``STAGE_RULE``, as the
+run's does. The moments are those of a fixed pool of fresh teacher sequences; clipping is left
+out (at the quick setting the gradient norm stays below the clip: ``--clip 1e9`` leaves the run
+bitwise the same).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from simulate.incremental.markov_task import sample_sequences
+from simulate.incremental.markov_training import (
+    MarkovTrainConfig,
+    _nll,
+    build_model,
+    log_probs,
+    markov_data,
+)
+from simulate.measure.stages import first_crossing
+from simulate.store import read_summary
+from simulate.train import seed_streams
+from theory.validation import require
+
+POOL = 2048
+"""fresh teacher sequences the moments are taken over."""
+POOL_CHUNK = 256
+"""sequences whose gradients are held at once."""
+POOL_FOLD = 4
+"""``fold_in`` of the teacher key that draws the pool (1-3 draw the run's own sets)."""
+HORIZON = 200
+"""most steps of the expected-moment map (stage 1 of the quick runs comes at step 18)."""
+CHUNK = 10
+"""steps of the map per call of its compiled program."""
+ADAM_EPS = 1e-8
+"""optax's ``adamw`` default, which training uses."""
+RULE = (
+    "stage 1, expected moments: AdamW with the minibatch gradient's mean (the gradient over "
+    f"{POOL} fresh sequences) in its first moment and its expected square (mean^2 + per-sequence "
+    "variance / batch) in its second, from the run's initial parameters; stage 1 starts where "
+    "its validation loss falls below the run's stage-1 midpoint"
+)
+
+
+def expected_moment_step(params, m, v, t, mu, var, cfg: MarkovTrainConfig):
+    """One AdamW step of ``cfg`` on expected moments: ``mu`` the mean gradient, ``var`` the
+    variance of the minibatch gradient; ``t`` the step number (from 1). With ``var = 0`` this is
+    optax's ``adamw`` update on the gradient ``mu`` (a test)."""
+    b1, b2, lr = cfg.beta1, cfg.beta2, cfg.learning_rate
+    m = jax.tree_util.tree_map(lambda a, g: b1 * a + (1 - b1) * g, m, mu)
+    v = jax.tree_util.tree_map(lambda a, g, s: b2 * a + (1 - b2) * (g * g + s), v, mu, var)
+    params = jax.tree_util.tree_map(
+        lambda x, a, c: (
+            x
+            - lr * (a / (1 - b1**t) / (jnp.sqrt(c / (1 - b2**t)) + ADAM_EPS) + cfg.weight_decay * x)
+        ),
+        params,
+        m,
+        v,
+    )
+    return params, m, v
+
+
+def _sum(x):
+    return x.sum(0)
+
+
+def _sum_of_squares(x):
+    return (x * x).sum(0)
+
+
+def expected_adamw_losses(cfg: MarkovTrainConfig, below: float) -> np.ndarray:
+    """Validation loss of the expected-moment AdamW from seed ``cfg.seed``'s initial parameters
+    at steps ``0, 1, ...``, until it falls below ``below`` (``CHUNK`` steps a call of one compiled
+    program; at most ``HORIZON`` steps)."""
+    require(cfg.optimizer == "adamw", "optimizer", cfg.optimizer, "adamw (expected moments)")
+    require(cfg.model == "minimal", "model", cfg.model, "minimal (no dropout noise)")
+    require(cfg.attention == "full", "attention", cfg.attention, "full")
+    require(cfg.train_size is None, "train_size", cfg.train_size, "None (fresh sequences)")
+    data = markov_data(cfg)
+    task, w = data.task, data.task.window
+    model = build_model(cfg, seed_streams([cfg.seed])["init"][0])
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    key = jax.random.fold_in(jax.random.PRNGKey(cfg.teacher_seed), POOL_FOLD)
+    pool = sample_sequences(task, data.A, key, POOL).reshape(POOL // POOL_CHUNK, POOL_CHUNK, -1)
+    batch, val = cfg.minibatch, data.validation
+
+    def sequence_loss(p, seq):
+        return _nll(log_probs(eqx.combine(p, static), task, seq[None]), seq[None, w:])
+
+    def moments(p):
+        def chunk(seqs):
+            g = jax.vmap(jax.grad(sequence_loss), in_axes=(None, 0))(p, seqs)
+            return tuple(jax.tree_util.tree_map(f, g) for f in (_sum, _sum_of_squares))
+
+        total, squares = jax.lax.map(chunk, pool)
+        mu = jax.tree_util.tree_map(lambda x: _sum(x) / POOL, total)
+        var = jax.tree_util.tree_map(lambda a, b: (_sum(b) / POOL - a * a) / batch, mu, squares)
+        return mu, var
+
+    def val_loss(p):
+        return _nll(log_probs(eqx.combine(p, static), task, val), val[:, w:])
+
+    def step(carry, t):
+        p, m, v = carry
+        mu, var = moments(p)
+        p, m, v = expected_moment_step(p, m, v, t, mu, var, cfg)
+        return (p, m, v), val_loss(p)
+
+    @jax.jit
+    def steps(carry, first):
+        return jax.lax.scan(step, carry, first + jnp.arange(CHUNK).astype(cfg.dtype))
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    carry, losses = (params, zeros, zeros), [float(jax.jit(val_loss)(params))]
+    while losses[-1] >= below and len(losses) <= HORIZON:
+        carry, chunk_losses = steps(carry, np.asarray(len(losses), cfg.dtype))
+        losses += np.asarray(chunk_losses).tolist()
+    return np.asarray(losses)
+
+
+def stage_one_start(losses: np.ndarray, midpoint: float) -> float:
+    """The step at which ``losses`` (steps 0, 1, ...) first fall below ``midpoint`` (nan if not
+    within them), interpolated as the run's own (``simulate.measure.stages.first_crossing``)."""
+    return first_crossing(np.arange(len(losses), dtype=float), losses, midpoint)
+
+
+def stage_one_midpoint(cfg: MarkovTrainConfig, baselines: tuple[Path, ...]) -> float:
+    """``STAGE_RULE``'s stage-1 midpoint: between ln d and the final validation loss of the
+    learned c_1-gram baseline (the first of ``markov_training.baseline_jobs``'s directories)."""
+    first = read_summary(baselines[0])["final_val_loss"][0]
+    return 0.5 * (math.log(cfg.vocab) + float(first))
+
+
+def predicted_stage_one(cfg: MarkovTrainConfig, baselines: tuple[Path, ...]) -> dict:
+    """The expected-moment loss curve of ``cfg`` up to its stage-1 start, and that start."""
+    midpoint = stage_one_midpoint(cfg, baselines)
+    losses = expected_adamw_losses(cfg, midpoint)
+    return {
+        "rule": RULE,
+        "midpoint": midpoint,
+        "losses": losses.tolist(),
+        "start": stage_one_start(losses, midpoint),
+    }
