@@ -151,9 +151,11 @@ def test_second_critical_point_is_critical_with_unigram_prediction(seed, lam):
         Z = attention(pi, np.zeros((D, D))) @ np.outer(point.gamma, point.beta)
         S = np.exp(Z) / np.exp(Z).sum(axis=1, keepdims=True)
         np.testing.assert_allclose(S, np.tile(pi, (D, 1)), atol=1e-12)
-        # critical although G_Phi != 0: WQ = WK = 0 kills every attention gradient
+        # critical although G_Phi != 0: WQ = WK = 0 kills every attention gradient. G_Phi
+        # vanishes linearly as the chain approaches iid (lam -> 0: 9.8e-5 at lam = 0.055 for
+        # seed 156), so "nonzero" is read against the round-off of the gradients above (< 1e-12)
         _, G_Phi = population_gradients(np.outer(point.gamma, point.beta), np.zeros((D, D)), pi, P)
-        assert np.max(np.abs(G_Phi)) > 1e-4
+        assert np.max(np.abs(G_Phi)) > 1e-8
     assert np.linalg.norm(point.gamma) == pytest.approx(point.g)
     assert np.linalg.norm(point.beta) == pytest.approx(point.g)
     assert abs(point.beta.sum()) < 1e-12
