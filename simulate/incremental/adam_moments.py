@@ -116,7 +116,10 @@ def expected_adamw_losses(cfg: MarkovTrainConfig, below: float) -> np.ndarray:
 
         total, squares = jax.lax.map(chunk, pool)
         mu = jax.tree_util.tree_map(lambda x: _sum(x) / POOL, total)
-        var = jax.tree_util.tree_map(lambda a, b: (_sum(b) / POOL - a * a) / batch, mu, squares)
+        # a variance, kept from going below 0 by round-off (it sits under a square root)
+        var = jax.tree_util.tree_map(
+            lambda a, b: jnp.maximum(_sum(b) / POOL - a * a, 0.0) / batch, mu, squares
+        )
         return mu, var
 
     def val_loss(p):
