@@ -24,19 +24,9 @@ from simulate.runner import RunOutput
 from simulate.store import load
 from theory.validation import ConfigError
 
-TINY = MarkovTrainConfig(
-    vocab=6,
-    blocks=(1, 1),
-    generated=4,
-    heads=2,
-    batch=64,
-    validation=256,
-    steps=40,
-    log_every=2,
-    chunk=40,
-    query_scale=1e-6,
-    precision="float64",
-)
+TASK = {"vocab": 6, "blocks": (1, 1), "generated": 4, "heads": 2, "precision": "float64"}
+RUN = {"batch": 64, "validation": 256, "steps": 40, "log_every": 2, "chunk": 40}
+TINY = MarkovTrainConfig(**TASK, **RUN, query_scale=1e-6)
 
 gradients = arrays(np.float64, (3, 4), elements=st.floats(-2.0, 2.0, allow_nan=False))
 
