@@ -24,6 +24,7 @@ import importlib.metadata
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Callable, Hashable
 from functools import cache
 from pathlib import Path
@@ -73,6 +74,7 @@ def _module_digest(module: str) -> str:
     return hashlib.sha256(Path(source).read_bytes() if source else b"").hexdigest()
 
 
+@cache
 def _versions() -> tuple[str, ...]:
     found = []
     for name in _LIBRARIES:
@@ -102,18 +104,19 @@ def key(fn: Callable, args: tuple, static: dict[str, Hashable]) -> str:
 
 
 def _read(path: Path) -> export.Exported | None:
+    if not path.exists():
+        return None
     try:
         return export.deserialize(bytearray(path.read_bytes()))
-    except FileNotFoundError:
-        return None
     except Exception:  # a truncated or foreign entry: exported again and replaced
         return None
 
 
 def _write(path: Path, exported: export.Exported) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # processes side by side may export the same program: each writes its own file and renames
-    part = path.with_suffix(f".{os.getpid()}.part")
+    # processes, and side-by-side jobs (threads of one process), may export the same program at
+    # once: each writes its own file and renames
+    part = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
     part.write_bytes(exported.serialize())
     os.replace(part, path)
 
