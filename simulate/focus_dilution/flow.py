@@ -25,8 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
+from jax.typing import ArrayLike
 
 from simulate import program_store
+from simulate.one_matrix import one_matrix_at_a_time
 from simulate.solver_checks import grid_checks_without_callback
 from theory.focus_dilution.manifold import (
     StageFourPoint,
@@ -85,31 +87,14 @@ def _cosine(a, b):
     return jnp.sum(a * b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b) + 1e-300)
 
 
-def _one_matrix_at_a_time(fn):
-    """``fn`` of one matrix, batched under vmap by a ``lax.map`` over the batch.
-
-    jaxlib's LAPACK SVD of a batch (vmapped seeds) splits it over XLA:CPU's intra-op thread pool
-    and with 16-32 seeds intermittently never returns (gdb: both pool threads in
-    ParallelBatchMap of lapack_dgesdd_ffi, waiting on each other's queued work); the
-    observables' few small matrices can afford one call each."""
-    batched = jax.custom_batching.custom_vmap(fn)
-
-    @batched.def_vmap
-    def _mapped(axis_size, in_batched, x):
-        del axis_size, in_batched
-        return jax.lax.map(batched, x), True
-
-    return batched
-
-
-@_one_matrix_at_a_time
-def singular_values(x: jax.Array) -> jax.Array:
+@one_matrix_at_a_time
+def singular_values(x: ArrayLike) -> jax.Array:
     """Singular values of ``x``, largest first."""
     return jnp.linalg.svd(x, compute_uv=False)
 
 
-@_one_matrix_at_a_time
-def left_singular_vectors(x: jax.Array) -> jax.Array:
+@one_matrix_at_a_time
+def left_singular_vectors(x: ArrayLike) -> jax.Array:
     """``U`` of the thin SVD ``x = U S V^T``."""
     return jnp.linalg.svd(x, full_matrices=False)[0]
 

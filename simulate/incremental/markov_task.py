@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simulate.one_matrix import one_matrix_at_a_time
 from theory.incremental.heads import TARGET_RANGE, check_ratio
 from theory.validation import require
 
@@ -103,13 +104,19 @@ def teacher(setting: MarkovSetting, key: jax.Array) -> jnp.ndarray:
     Frobenius-orthogonal across blocks)."""
 
     def orthogonal(k):
-        u, _, vt = jnp.linalg.svd(jax.random.normal(k, (setting.vocab, setting.vocab)))
-        return u @ vt
+        return _orthogonal_factor(jax.random.normal(k, (setting.vocab, setting.vocab)))
 
     Q = jax.vmap(orthogonal)(jax.random.split(key, setting.h))
     if setting.frobenius_orthogonal:
         Q = _frobenius_gram_schmidt(Q)
     return jnp.asarray(setting.importances())[:, None, None] * Q
+
+
+@one_matrix_at_a_time
+def _orthogonal_factor(x: jax.Array) -> jax.Array:
+    """U V^T of the SVD x = U S V^T (one LAPACK call per matrix: ``simulate.one_matrix``)."""
+    u, _, vt = jnp.linalg.svd(x)
+    return u @ vt
 
 
 def _frobenius_gram_schmidt(Q):

@@ -124,3 +124,20 @@ def test_bad_settings(kwargs, field):
     with pytest.raises(ConfigError) as err:
         MarkovSetting(**kwargs)
     assert err.value.field == field
+
+
+def test_the_teacher_hands_lapack_one_matrix_at_a_time():
+    """Two side-by-side runs drawing their teachers at once with a batched SVD of the h blocks
+    hung XLA:CPU's intra-op pool (``simulate.one_matrix``): the compiled teacher hands LAPACK one
+    d x d matrix per call, and Q_k is still orthogonal."""
+    s = MarkovSetting(vocab=7, blocks=(1, 1, 1), m=1.5)
+    draw = jax.jit(teacher, static_argnums=0)
+    calls = [
+        line
+        for line in draw.lower(s, jax.random.PRNGKey(0)).as_text().splitlines()
+        if "gesdd" in line
+    ]
+    assert calls and all("tensor<7x7xf64>" in line for line in calls), calls
+    Q = np.asarray(draw(s, jax.random.PRNGKey(0))) / np.asarray(s.importances())[:, None, None]
+    for q in Q:
+        np.testing.assert_allclose(q @ q.T, np.eye(7), atol=1e-12)
