@@ -28,6 +28,7 @@ from figures.core.options import FigureOptions, Flat
 from figures.core.output import stage_table
 from figures.core.verdicts import Prediction
 from figures.incremental import compare_cross_entropy, compare_regression
+from simulate.incremental.adam_moments import predicted_stage_one
 from simulate.incremental.markov_training import baseline_jobs
 from simulate.incremental.regression_training import RegressionConfig
 from simulate.incremental.tangent_split import tangent_split
@@ -61,23 +62,27 @@ class CompareConfig(FigureOptions):
 
 def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     # Every job side by side, one per CPU device, in one call: the markov row's student logs its
-    # KL to the learned c-gram baselines and compares with the reduced system's predictions, so
-    # it starts once they have finished; the baselines, longest and first in the student's
-    # chain, go first, the other jobs (the predictions, the first-order split, the two
-    # regression rows) fill the devices meanwhile.
+    # KL to the learned c-gram baselines and compares with the reduced system's predictions and
+    # the expected-moment stage 1, so it starts once they have finished; the baselines, longest
+    # and first in the student's chain, go first, then the student's other needs, and the other
+    # jobs (the first-order split, the two regression rows) fill the devices meanwhile.
     markov = compare_cross_entropy.markov_config(cfg.quick, cfg.flow.seed)
-    baselines, jobs = baseline_jobs(markov, run_dir / "markov" / "baselines", quiet=cfg.quiet)
+    baselines, training = baseline_jobs(markov, run_dir / "markov" / "baselines", quiet=cfg.quiet)
+    jobs: list = list(training.values())
+    # stage 1 from AdamW's expected moments needs only the c_1-gram baseline's level
+    first = tuple(i for i, path in enumerate(training) if path == baselines[0])
+    stage_one, predict = len(jobs), len(jobs) + 1
     attentions = ("positional", "full")
-    predict = len(jobs)
     *_, first_order, ce, pos, full = run_side_by_side(
         [
             *jobs,
+            After(first, lambda *_: predicted_stage_one(markov, baselines)),
             partial(compare_cross_entropy.reduced_predictions, markov),
             partial(tangent_split, markov),
             After(
-                (*range(len(jobs)), predict),
+                (*range(len(jobs)), stage_one, predict),
                 lambda *done: compare_cross_entropy.compare(
-                    run_dir / "markov", markov, cfg.quiet, baselines, done[-1]
+                    run_dir / "markov", markov, cfg.quiet, baselines, done[-1], done[-2]
                 ),
             ),
             *(

@@ -42,7 +42,6 @@ from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
 from simulate.incremental.adam_moments import RULE as STAGE_ONE_RULE
-from simulate.incremental.adam_moments import predicted_stage_one
 from simulate.incremental.head_ode import plateau_levels, solve
 from simulate.incremental.markov_reduction import mapped_logits, ode_split_times, reduced_setting
 from simulate.incremental.markov_training import (
@@ -121,12 +120,13 @@ def compare(
     quiet: bool,
     baselines: tuple[Path, ...],
     reduced: dict[str, ReducedPrediction],
+    stage_one: dict,
 ) -> tuple[xr.Dataset, dict]:
     """Train the student of ``cfg`` (``markov_config``) against its trained ``baselines``
     (``markov_training.baseline_jobs``) and compare it with the ``reduced`` system
-    (``reduced_predictions``)."""
+    (``reduced_predictions``) and with stage 1 from AdamW's expected moments
+    (``adam_moments.predicted_stage_one``, which needs only the first baseline)."""
     cfg = replace(cfg, baselines=baselines)
-    stage_one = predicted_stage_one(cfg, baselines)
     path = markov_training.run(cfg, RunOutput(out=out / "student", quiet=quiet))
     ds, _ = load(path)
     summary_run = read_summary(path)

@@ -28,6 +28,8 @@ import xarray as xr
 from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
+from simulate.incremental.adam_moments import TEACHER_RULE as STAGE_ONE_RULE
+from simulate.incremental.adam_moments import stage_one_by_teacher
 from simulate.incremental.head_ode import OdeBatch, plateau_levels, solve
 from simulate.incremental.markov_reduction import (
     ODE_SPLIT_RULE,
@@ -127,8 +129,9 @@ class TrainingGrid:
 def jobs(grid: TrainingGrid, out: Path, quiet: bool) -> list[Callable[[], Any]]:
     """The training half's independent work, to run side by side (``collect`` reads the results
     in this order): the reduced system from every network's initial logits (one vmapped solve),
-    one tangent per (m, seed) serving every q (each longer than a run, so early), then every grid
-    point's run (seeds vmapped)."""
+    one tangent per (m, seed) serving every q (each longer than a run, so early), every grid
+    point's run (seeds vmapped), then every grid point's stage 1 from AdamW's expected moments
+    (short, so last: they fill the devices while the last runs finish)."""
     qs, ms = list(grid.q), list(grid.m)
     seeds = grid.config(qs[0], ms[0]).seed_ids
     return [
@@ -146,6 +149,7 @@ def jobs(grid: TrainingGrid, out: Path, quiet: bool) -> list[Callable[[], Any]]:
             )
             for i, j in _points(grid)
         ),
+        *(partial(stage_one_by_teacher, grid.config(qs[i], ms[j])) for i, j in _points(grid)),
     ]
 
 
@@ -178,7 +182,9 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
     qs, ms = list(grid.q), list(grid.m)
     points = _points(grid)
     n_tangents = len(ms) * grid.seeds
-    ode, tangents, paths = done[0], done[1 : 1 + n_tangents], done[1 + n_tangents :]
+    ode, tangents = done[0], done[1 : 1 + n_tangents]
+    paths = done[1 + n_tangents : 1 + n_tangents + len(points)]
+    stage_one = np.array(done[1 + n_tangents + len(points) :]).reshape(len(qs), len(ms), -1)
     setting = reduced_setting(grid.config(qs[0], ms[0]))
     # (m x seed, q, split/apart) -> (q, m, seed, split/apart)
     first = np.array([[(f.split, f.apart) for f in fs] for fs in tangents])
@@ -226,6 +232,7 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
             "train_apart_first_order": (dims[:3], first[..., 1]),
             "train_ode_apart_time": (dims[:3], ode_split[..., 1]),
             "train_steps_per_ode_time": (dims[:3], scale),
+            "train_stage_one_expected_moments": (dims[:3], stage_one),
         },
         coords={
             "train_q": qs,
@@ -249,7 +256,16 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
             "calibrated_over_measured": _nanmean(cal) / _nanmean(meas),
             "ode_time": _nanmean(ode_time[i, j, :, k]),
         }
-        if k > 0:
+        if k == 0:
+            em = stage_one[i, j]
+            row.update(
+                {
+                    "expected_moments_step": _nanmean(em),
+                    "expected_moments_per_seed": em.tolist(),
+                    "expected_moments_over_measured": _nanmean(em) / _nanmean(meas),
+                }
+            )
+        else:
             # durations per seed, then the mean: t_k - t_{k-1} of the same run
             dur_meas = _nanmean(meas - measured[i, j, :, k - 1])
             dur_pred = _nanmean(pred - predicted[i, j, :, k - 1])
@@ -285,6 +301,7 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
         "split_rule": SPLIT_RULE,
         "apart_rule": APART_RULE,
         "first_order_split_rule": TANGENT_SPLIT_RULE,
+        "stage_one_rule": STAGE_ONE_RULE,
         "ode_split_rule": ODE_SPLIT_RULE,
         "calibration_rule": CALIBRATION_RULE,
         "calibration_point": {"q": qs[i_q], "m": ms[i_m]},
@@ -343,6 +360,16 @@ def predictions(part: dict) -> list[Prediction]:
                 rule,
             )
         )
+        if "expected_moments_step" in r:
+            out.append(
+                Prediction(
+                    f"training stage 1 boundary (steps) from AdamW's expected moments, {at}",
+                    r["expected_moments_step"],
+                    r["measured_step"],
+                    TOLERANCE,
+                    f"measured: {STAGE_RULE}; predicted: {STAGE_ONE_RULE}",
+                )
+            )
         if "measured_duration_steps" in r:
             out.append(
                 Prediction(
@@ -425,12 +452,37 @@ def report(part: dict) -> str:
             for r in part["rows"]
         ],
     )
-    return "\n".join([head, splits, table])
+    stage_one = format_table(
+        ["q", "m", "stage 1 measured", "expected moments", "ratio", "derived map", "ratio"],
+        [
+            [
+                r["q"],
+                r["m"],
+                r["measured_step"],
+                r["expected_moments_step"],
+                r["expected_moments_over_measured"],
+                r["predicted_step"],
+                r["predicted_over_measured"],
+            ]
+            for r in part["rows"]
+            if "expected_moments_step" in r
+        ],
+    )
+    return "\n".join(
+        [
+            head,
+            splits,
+            table,
+            f"stage 1 from AdamW's expected moments ({part['stage_one_rule']}):",
+            stage_one,
+        ]
+    )
 
 
 def plot_row(axes, data: xr.Dataset) -> None:
     """Measured (dots, every seed) and predicted (dashed: derived time map; dotted: the old
-    calibrated factor; seed means) boundaries, with the heads' split (black: crosses measured,
+    calibrated factor; dash-dotted diamonds: stage 1 from AdamW's expected moments; seed means)
+    boundaries, with the heads' split (black: crosses measured,
     dashed first order): against ln(1/q) at the m nearest 1.7, against m at the q nearest 1e-9,
     and predicted against measured."""
     qs, ms = data["train_q"].values, data["train_m"].values
@@ -451,6 +503,9 @@ def plot_row(axes, data: xr.Dataset) -> None:
                 ax.plot(np.full(yi.size, xi), yi, "o", color=colors[k], ms=4)
             ax.plot(x, p_k, "--", color=colors[k], label=f"stage {k}")
             ax.plot(x, o_k, ":", color=colors[k], alpha=0.6)
+        if "train_stage_one_expected_moments" in data:
+            em = data["train_stage_one_expected_moments"].sel(fixed).mean("train_seed").values
+            ax.plot(x, em, "-.", marker="d", color=colors[1], label="stage 1, expected moments")
         if "train_split_measured" in data:
             s_meas = data["train_split_measured"].sel(fixed).transpose(dim, "train_seed").values
             s_first = data["train_split_first_order"].sel(fixed).mean("train_seed").values
@@ -483,6 +538,15 @@ def plot_row(axes, data: xr.Dataset) -> None:
             color=colors[k],
             ms=5,
             label=f"stage {k}, old calibrated",
+        )
+    if "train_stage_one_expected_moments" in data:
+        ax.plot(
+            meas.sel(train_stage=1).values.ravel(),
+            data["train_stage_one_expected_moments"].values.ravel(),
+            "d",
+            color=colors[1],
+            ms=6,
+            label="stage 1, expected moments",
         )
     finite = np.concatenate(
         [a.values[np.isfinite(a.values) & (a.values > 0)].ravel() for a in (meas, pred, old)]

@@ -23,7 +23,9 @@ bitwise the same).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -35,9 +37,11 @@ from simulate.incremental.markov_training import (
     MarkovTrainConfig,
     _nll,
     build_model,
-    log_probs,
     markov_data,
+    window_log_probs,
+    yardstick_losses,
 )
+from simulate.incremental.training_stages import stage1_midpoint
 from simulate.measure.stages import first_crossing
 from simulate.store import read_summary
 from simulate.train import seed_streams
@@ -63,17 +67,29 @@ RULE = (
 )
 
 
-def expected_moment_step(params, m, v, t, mu, var, cfg: MarkovTrainConfig):
-    """One AdamW step of ``cfg`` on expected moments: ``mu`` the mean gradient, ``var`` the
-    variance of the minibatch gradient; ``t`` the step number (from 1). With ``var = 0`` this is
-    optax's ``adamw`` update on the gradient ``mu`` (a test)."""
-    b1, b2, lr = cfg.beta1, cfg.beta2, cfg.learning_rate
+class AdamW(NamedTuple):
+    """The AdamW coefficients the expected-moment map reads (``MarkovTrainConfig``'s)."""
+
+    beta1: float
+    beta2: float
+    learning_rate: float
+    weight_decay: float
+
+    @classmethod
+    def of(cls, cfg: MarkovTrainConfig) -> AdamW:
+        return cls(cfg.beta1, cfg.beta2, cfg.learning_rate, cfg.weight_decay)
+
+
+def expected_moment_step(params, m, v, t, mu, var, adamw: AdamW):
+    """One AdamW step on expected moments: ``mu`` the mean gradient, ``var`` the variance of the
+    minibatch gradient; ``t`` the step number (from 1). With ``var = 0`` this is optax's
+    ``adamw`` update on the gradient ``mu`` (a test)."""
+    b1, b2, lr, wd = adamw
     m = jax.tree_util.tree_map(lambda a, g: b1 * a + (1 - b1) * g, m, mu)
     v = jax.tree_util.tree_map(lambda a, g, s: b2 * a + (1 - b2) * (g * g + s), v, mu, var)
     params = jax.tree_util.tree_map(
         lambda x, a, c: (
-            x
-            - lr * (a / (1 - b1**t) / (jnp.sqrt(c / (1 - b2**t)) + ADAM_EPS) + cfg.weight_decay * x)
+            x - lr * (a / (1 - b1**t) / (jnp.sqrt(c / (1 - b2**t)) + ADAM_EPS) + wd * x)
         ),
         params,
         m,
@@ -90,24 +106,23 @@ def _sum_of_squares(x):
     return (x * x).sum(0)
 
 
-def expected_adamw_losses(cfg: MarkovTrainConfig, below: float) -> np.ndarray:
-    """Validation loss of the expected-moment AdamW from seed ``cfg.seed``'s initial parameters
-    at steps ``0, 1, ...``, until it falls below ``below`` (``CHUNK`` steps a call of one compiled
-    program; at most ``HORIZON`` steps)."""
-    require(cfg.optimizer == "adamw", "optimizer", cfg.optimizer, "adamw (expected moments)")
-    require(cfg.model == "minimal", "model", cfg.model, "minimal (no dropout noise)")
-    require(cfg.attention == "full", "attention", cfg.attention, "full")
-    require(cfg.train_size is None, "train_size", cfg.train_size, "None (fresh sequences)")
-    data = markov_data(cfg)
-    task, w = data.task, data.task.window
-    model = build_model(cfg, seed_streams([cfg.seed])["init"][0])
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    key = jax.random.fold_in(jax.random.PRNGKey(cfg.teacher_seed), POOL_FOLD)
-    pool = sample_sequences(task, data.A, key, POOL).reshape(POOL // POOL_CHUNK, POOL_CHUNK, -1)
-    batch, val = cfg.minibatch, data.validation
+def _val_loss(params, static, window: int, val):
+    return _nll(window_log_probs(eqx.combine(params, static), window, val), val[:, window:])
+
+
+@eqx.filter_jit
+def _first_loss(params, static, window: int, val):
+    return _val_loss(params, static, window, val)
+
+
+@eqx.filter_jit
+def _steps(carry, first, pool, val, static, window: int, batch: int, adamw: AdamW):
+    """``CHUNK`` steps of the map from step ``first``, and the validation loss after each. The
+    pool and the validation set are arguments, not constants, so every grid point, seed and
+    teacher of one shape shares the program."""
 
     def sequence_loss(p, seq):
-        return _nll(log_probs(eqx.combine(p, static), task, seq[None]), seq[None, w:])
+        return _nll(window_log_probs(eqx.combine(p, static), window, seq[None]), seq[None, window:])
 
     def moments(p):
         def chunk(seqs):
@@ -122,23 +137,35 @@ def expected_adamw_losses(cfg: MarkovTrainConfig, below: float) -> np.ndarray:
         )
         return mu, var
 
-    def val_loss(p):
-        return _nll(log_probs(eqx.combine(p, static), task, val), val[:, w:])
-
     def step(carry, t):
         p, m, v = carry
         mu, var = moments(p)
-        p, m, v = expected_moment_step(p, m, v, t, mu, var, cfg)
-        return (p, m, v), val_loss(p)
+        p, m, v = expected_moment_step(p, m, v, t, mu, var, adamw)
+        return (p, m, v), _val_loss(p, static, window, val)
 
-    @jax.jit
-    def steps(carry, first):
-        return jax.lax.scan(step, carry, first + jnp.arange(CHUNK).astype(cfg.dtype))
+    return jax.lax.scan(step, carry, first + jnp.arange(CHUNK).astype(first.dtype))
 
+
+def expected_adamw_losses(cfg: MarkovTrainConfig, below: float) -> np.ndarray:
+    """Validation loss of the expected-moment AdamW from seed ``cfg.seed``'s initial parameters
+    at steps ``0, 1, ...``, until it falls below ``below`` (``CHUNK`` steps a call of one compiled
+    program; at most ``HORIZON`` steps)."""
+    require(cfg.optimizer == "adamw", "optimizer", cfg.optimizer, "adamw (expected moments)")
+    require(cfg.model == "minimal", "model", cfg.model, "minimal (no dropout noise)")
+    require(cfg.attention == "full", "attention", cfg.attention, "full")
+    require(cfg.train_size is None, "train_size", cfg.train_size, "None (fresh sequences)")
+    data = markov_data(cfg)
+    task, w = data.task, data.task.window
+    model = build_model(cfg, seed_streams([cfg.seed])["init"][0])
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    key = jax.random.fold_in(jax.random.PRNGKey(cfg.teacher_seed), POOL_FOLD)
+    pool = sample_sequences(task, data.A, key, POOL).reshape(POOL // POOL_CHUNK, POOL_CHUNK, -1)
+    fixed = (pool, data.validation, static, w, cfg.minibatch, AdamW.of(cfg))
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    carry, losses = (params, zeros, zeros), [float(jax.jit(val_loss)(params))]
+    carry = (params, zeros, zeros)
+    losses = [float(_first_loss(params, static, w, data.validation))]
     while losses[-1] >= below and len(losses) <= HORIZON:
-        carry, chunk_losses = steps(carry, np.asarray(len(losses), cfg.dtype))
+        carry, chunk_losses = _steps(carry, np.asarray(len(losses), cfg.dtype), *fixed)
         losses += np.asarray(chunk_losses).tolist()
     return np.asarray(losses)
 
@@ -166,3 +193,22 @@ def predicted_stage_one(cfg: MarkovTrainConfig, baselines: tuple[Path, ...]) -> 
         "losses": losses.tolist(),
         "start": stage_one_start(losses, midpoint),
     }
+
+
+TEACHER_RULE = (
+    "stage 1, expected moments, by the truncated teacher: the expected-moment AdamW of each seed "
+    "from its own initial parameters; stage 1 starts where its validation loss falls below "
+    "(ln d + L(A*_1)) / 2, the level the runs' stage 1 is measured by (STAGE1_RULE)"
+)
+
+
+def stage_one_by_teacher(cfg: MarkovTrainConfig) -> list[float]:
+    """``TEACHER_RULE``'s stage-1 step of each of ``cfg``'s seeds (nan where the map does not
+    reach the level within ``HORIZON`` steps): no trained baseline is needed."""
+    data = markov_data(cfg)
+    ln_d, a1_loss = yardstick_losses(data.task, data.A, data.validation)[:2]
+    level = stage1_midpoint(ln_d, a1_loss)
+    return [
+        stage_one_start(expected_adamw_losses(replace(cfg, seed=s), level), level)
+        for s in cfg.seed_ids
+    ]

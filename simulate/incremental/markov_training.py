@@ -410,9 +410,17 @@ def log_probs(
     key: jax.Array | None = None,
 ) -> jax.Array:
     """log p_model(. | x_{<t}) at the generated positions: (n, generated, d)."""
+    return window_log_probs(model, task.window, seqs, key)
+
+
+def window_log_probs(
+    model: Callable[..., jax.Array], window: int, seqs: jax.Array, key: jax.Array | None = None
+) -> jax.Array:
+    """``log_probs`` with the task reduced to its window w (the positions after the first w are
+    generated), so that a program built on it does not depend on the teacher's other settings."""
     keys = None if key is None else jax.random.split(key, seqs.shape[0])
     logits = jax.vmap(lambda s, k: model(s, key=k))(seqs[:, :-1], keys)
-    return jax.nn.log_softmax(logits[:, task.window - 1 :])
+    return jax.nn.log_softmax(logits[:, window - 1 :])
 
 
 _log_probs = eqx.filter_jit(log_probs)
@@ -731,18 +739,19 @@ def _matches(path: Path, cfg: MarkovTrainConfig) -> bool:
 
 def baseline_jobs(
     cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None, quiet: bool = False
-) -> tuple[tuple[Path, ...], list[Callable[[], Path]]]:
+) -> tuple[tuple[Path, ...], dict[Path, Callable[[], Path]]]:
     """The run directories ``out/{c}-gram`` of the learned c-gram baselines of ``cfg``'s task
     (default c = c_1..c_h, the last the full-window model; ``cfg``'s settings, one seed each) and
-    the training jobs of those not already complete there (a caller may run them beside other
-    work, ``simulate.side_by_side``)."""
+    the training jobs of those not already complete there, by directory (a caller may run them
+    beside other work, ``simulate.side_by_side``, and start what needs one of them once it is
+    done)."""
     base: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
-    dirs, jobs = [], []
+    dirs, jobs = [], {}
     for c in contexts or baseline_contexts(cfg.task()):
         bcfg = MarkovTrainConfig(**{**base, "context": c, "baselines": (), "seeds": 1})
         path = Path(out) / f"{c}-gram"
         if not _matches(path, bcfg):
-            jobs.append(partial(run, bcfg, RunOutput(out=path, quiet=quiet)))
+            jobs[path] = partial(run, bcfg, RunOutput(out=path, quiet=quiet))
         dirs.append(path)
     return tuple(dirs), jobs
 
@@ -753,5 +762,5 @@ def train_baselines(
     """Train the baselines of ``baseline_jobs`` side by side, one per CPU device (a directory
     already holding the complete run is reused). Returns the run directories."""
     dirs, jobs = baseline_jobs(cfg, out, contexts, quiet)
-    run_side_by_side(jobs)
+    run_side_by_side(list(jobs.values()))
     return dirs

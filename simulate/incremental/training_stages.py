@@ -55,9 +55,14 @@ DEFAULT_POINT = (1e-9, 1.7)
 """(q, m) of the paper's default run, where the old time scale is calibrated."""
 
 
+def stage1_midpoint(ln_d: float, a1_loss: float) -> float:
+    """``STAGE1_RULE``'s level: halfway between uniform prediction and the truncated teacher."""
+    return 0.5 * (ln_d + a1_loss)
+
+
 def stage1_step(steps: ArrayLike, val_loss: ArrayLike, ln_d: float, a1_loss: float) -> float:
     """``STAGE1_RULE`` (nan if never reached)."""
-    return first_crossing(steps, val_loss, 0.5 * (ln_d + a1_loss))
+    return first_crossing(steps, val_loss, stage1_midpoint(ln_d, a1_loss))
 
 
 def stage_boundaries(

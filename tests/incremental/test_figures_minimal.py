@@ -229,6 +229,8 @@ def test_incremental_timing_training_half_quick(tmp_path):
         assert abs(r["first_order_over_measured"] - 1) <= 0.25
     for q, m in itertools.product((1e-3, 1e-7), (1.5, 1.7)):
         assert abs(rows[(q, m, 2)]["duration_predicted_over_measured"] - 1) <= 0.25
+        # stage 1 from AdamW's expected moments, with no trained baseline (the map misses it)
+        assert abs(rows[(q, m, 1)]["expected_moments_over_measured"] - 1) <= 0.25
     # at q = 1e-7 the heads are all apart where first order says (at q = 1e-3 it misses)
     for r in part["split_rows"]:
         assert np.isfinite(r["measured_apart"]) and np.isfinite(r["ode_apart_time"])
