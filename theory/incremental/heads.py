@@ -236,8 +236,11 @@ class HeadSystem:
     def parameter_values(self) -> dict:
         """Symbol -> exact rational value of the setting's m_j and alpha_i."""
         st = self.setting
-        vals = {m: sp.nsimplify(x) for m, x in zip(self.m, st.importance_values)}
-        vals.update({a: sp.nsimplify(x) for a, x in zip(self.alpha, st.alpha_values)})
+        # nsimplify's default guess turns e.g. 3.611328125 into a product of surds
+        vals = {m: sp.nsimplify(x, rational=True) for m, x in zip(self.m, st.importance_values)}
+        vals.update(
+            {a: sp.nsimplify(x, rational=True) for a, x in zip(self.alpha, st.alpha_values)}
+        )
         return vals
 
     # --- fixed points ----------------------------------------------------------------------
