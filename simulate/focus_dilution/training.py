@@ -10,7 +10,8 @@ trained by cross-entropy on the next token only. Entries start i.i.d. ``N(0, eps
 
 Data: ``markov`` draws sequences of the chain ``P = lambda I + (1 - lambda) 1 pi^T`` with
 ``x_1 ~ pi`` (stationary, so a finite context is an unbiased sample of ``pi``), ``s + 1`` tokens
-each, as a fixed training set of ``train_size`` sequences (or fresh ones every step); ``text``
+each, as a fixed training set of ``train_size`` sequences (or fresh ones every step), read by the
+model through each context's token-type counts (:func:`type_logits`, the same function); ``text``
 reads windows of ``s + 1`` tokens at random offsets of a word-level corpus
 (``simulate.focus_dilution.text_corpus``: the bundled CPython reference text, or a local file).
 Optimisers: plain gradient descent (full batch on the training set: the empirical gradient flow
@@ -29,7 +30,7 @@ import math
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -245,6 +246,42 @@ def key_type_mass(attention, X, vocab: int):
     return jax.vmap(lambda a, x: jnp.zeros(vocab, a.dtype).at[x].add(a))(attention, X)
 
 
+class TypeBatch(NamedTuple):
+    """Sequences of ``s + 1`` tokens reduced to what the model reads of them: the query
+    ``x_s``, the count ``c_t`` of each token type among the ``s`` context positions, and the
+    next token."""
+
+    query: jax.Array
+    counts: jax.Array
+    target: jax.Array
+
+
+def type_batch(seqs, vocab: int) -> TypeBatch:
+    """``seqs`` (``n x (s + 1)`` ids) as a :class:`TypeBatch`."""
+    X = seqs[:, :-1]
+    counts = jax.vmap(lambda x: jnp.zeros(vocab).at[x].add(1.0))(X)
+    return TypeBatch(X[:, -1], counts, seqs[:, -1])
+
+
+def type_logits(params: Parameters, query, counts, qk_scale: float = 1.0):
+    """:func:`last_token_logits` from the context's type counts: positions of one type share a
+    score ``z_t``, so the attention summed by key type is ``softmax_t(z_t + ln c_t)`` (a type
+    absent from the context gets none) and the value is that mass times ``W0``. The same
+    function at ``O(n vocab m)`` cost instead of ``O(n s)``: for the Markov chain's few types the
+    per-position gathers and their scatter-add transposes were almost all of a training step."""
+    W0, WQ, WK, W1 = params
+    type_scores = qk_scale * (W0[query] @ WQ) @ (W0 @ WK).T
+    mass = jax.nn.softmax(type_scores + jnp.log(counts), axis=-1)
+    return mass @ W0 @ W1, mass
+
+
+def type_loss(params: Parameters, batch: TypeBatch, qk_scale: float = 1.0):
+    """:func:`next_token_loss` of the sequences ``batch`` was made from."""
+    logits, _ = type_logits(params, batch.query, batch.counts, qk_scale)
+    log_p = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(log_p, batch.target[:, None], axis=-1))
+
+
 # --- data ----------------------------------------------------------------------------------------
 @partial(jax.jit, static_argnums=(3, 4))
 def sample_chain(key, pi, P, n: int, length: int):
@@ -343,29 +380,32 @@ def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
         else sample_chain(jax.random.fold_in(key, 2), pi, P, cfg.train_size, s + 1)
     )
     full_batch = train is not None and cfg.minibatch == cfg.train_size
-    X_val, q_val = val[:, :-1], val[:, -2]
-    query_onehot = jax.nn.one_hot(q_val, d)
+    val_types = type_batch(val, d)
+    train_types = None if train is None else type_batch(train, d)
+    query_onehot = jax.nn.one_hot(val_types.query, d)
     per_query = jnp.maximum(query_onehot.sum(0), 1.0)
 
     def init(init_key, noise_key):
         del noise_key
         return initial_parameters(init_key, d, cfg.m, cfg.m_k, cfg.init_scale)
 
-    def draw(k):
-        if train is None:
-            return sample_chain(k, pi, P, cfg.minibatch, s + 1)
+    def draw(k) -> TypeBatch:
+        if train_types is None:
+            return type_batch(sample_chain(k, pi, P, cfg.minibatch, s + 1), d)
         if full_batch:
-            return train
-        return train[jax.random.choice(k, train.shape[0], (cfg.minibatch,), replace=False)]
+            return train_types
+        rows = jax.random.choice(k, train_types.query.shape[0], (cfg.minibatch,), replace=False)
+        return jax.tree.map(lambda a: a[rows], train_types)
 
     def loss_and_direction(params, data_key):
-        return jax.value_and_grad(next_token_loss)(params, draw(data_key), cfg.qk_scale)
+        return jax.value_and_grad(type_loss)(params, draw(data_key), cfg.qk_scale)
 
     def observe(params):
         pop = observables(params, pi, P, cfg.qk_scale)
-        logits, attention = last_token_logits(params, X_val, cfg.qk_scale)
-        loss = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), val[:, -1:], axis=-1))
-        A = query_onehot.T @ key_type_mass(attention, X_val, d) / per_query[:, None]
+        logits, mass = type_logits(params, val_types.query, val_types.counts, cfg.qk_scale)
+        log_p = jax.nn.log_softmax(logits)
+        loss = -jnp.mean(jnp.take_along_axis(log_p, val_types.target[:, None], axis=-1))
+        A = query_onehot.T @ mass / per_query[:, None]
         out = {
             f"population_{k}": pop[k]
             for k in ("loss", "attention", "attention_entropy", "focus_mass")
@@ -383,8 +423,9 @@ def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
             attention_entropy=_entropy(A),
             focus_mass=A[:, int(np.argmax(pi_np))],
         )
-        if train is not None:
-            out["train_loss"] = next_token_loss(params, train[: cfg.validation], cfg.qk_scale)
+        if train_types is not None:
+            head = jax.tree.map(lambda a: a[: cfg.validation], train_types)
+            out["train_loss"] = type_loss(params, head, cfg.qk_scale)
         return out
 
     # the same split of the population observables as in observe(), read off their dims

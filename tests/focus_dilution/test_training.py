@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulate.focus_dilution import training
 from simulate.focus_dilution.measure import (
@@ -57,6 +59,32 @@ def test_finite_context_model_is_the_softmax_over_positions():
         seen = hist > 0
         A = pop_attention(hist[seen], Phi[np.ix_([x[-1]], np.nonzero(seen)[0])])
         np.testing.assert_allclose(z, (A @ M_[seen])[0], rtol=1e-10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31), st.floats(0.1, 3.0), st.sampled_from([1.0, 0.5]))
+def test_type_counts_give_the_position_model_and_its_gradient(seed, scale, qk_scale):
+    """The training step's form (``type_loss``: scores per type, ``softmax(z_t + ln c_t)``)
+    is the softmax over positions, value and gradient, also where a context lacks a type (the
+    first rows draw from two of the four types only)."""
+    rng = np.random.default_rng(seed)
+    theta = _as_jax(Parameters.random(rng, D, M, MK, scale))
+    seqs = rng.integers(0, D, size=(8, 10))
+    seqs[:3] = rng.integers(0, 2, size=(3, 10))
+    seqs = jnp.asarray(seqs, dtype=jnp.int32)
+    batch = training.type_batch(seqs, D)
+    logits, mass = training.type_logits(theta, batch.query, batch.counts, qk_scale)
+    np.testing.assert_allclose(logits, _explicit_logits(theta, seqs[:, :-1], qk_scale), rtol=1e-10)
+    np.testing.assert_array_equal(np.asarray(mass)[:3, 2:], 0.0)
+    by_type, by_position = (
+        jax.value_and_grad(f)(theta, x, qk_scale)
+        for f, x in ((training.type_loss, batch), (training.next_token_loss, seqs))
+    )
+    np.testing.assert_allclose(by_type[0], by_position[0], rtol=1e-12)
+    # entries that are rounding noise (a saturated softmax) are compared on the gradient's scale
+    scale = max(float(jnp.abs(h).max()) for h in by_position[1])
+    for g, h in zip(by_type[1], by_position[1]):
+        np.testing.assert_allclose(g, h, rtol=1e-9, atol=1e-12 * scale)
 
 
 def test_empirical_loss_tends_to_the_population_loss_with_the_context_length():
