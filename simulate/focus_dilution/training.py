@@ -235,10 +235,16 @@ def last_token_logits(params: Parameters, X, qk_scale: float = 1.0):
     return key_type_mass(attention, X, W0.shape[0]) @ W0 @ W1, attention
 
 
+def cross_entropy(logits, target):
+    """Mean cross-entropy of the next tokens ``target`` (n,) under ``logits`` (n, vocab)."""
+    log_p = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(log_p, target[:, None], axis=-1))
+
+
 def next_token_loss(params: Parameters, seqs, qk_scale: float = 1.0):
     """Cross-entropy of the last token of each ``s + 1`` sequence given the first ``s``."""
     logits, _ = last_token_logits(params, seqs[:, :-1], qk_scale)
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), seqs[:, -1:], axis=-1))
+    return cross_entropy(logits, seqs[:, -1])
 
 
 def key_type_mass(attention, X, vocab: int):
@@ -278,8 +284,7 @@ def type_logits(params: Parameters, query, counts, qk_scale: float = 1.0):
 def type_loss(params: Parameters, batch: TypeBatch, qk_scale: float = 1.0):
     """:func:`next_token_loss` of the sequences ``batch`` was made from."""
     logits, _ = type_logits(params, batch.query, batch.counts, qk_scale)
-    log_p = jax.nn.log_softmax(logits)
-    return -jnp.mean(jnp.take_along_axis(log_p, batch.target[:, None], axis=-1))
+    return cross_entropy(logits, batch.target)
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -403,8 +408,7 @@ def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
     def observe(params):
         pop = observables(params, pi, P, cfg.qk_scale)
         logits, mass = type_logits(params, val_types.query, val_types.counts, cfg.qk_scale)
-        log_p = jax.nn.log_softmax(logits)
-        loss = -jnp.mean(jnp.take_along_axis(log_p, val_types.target[:, None], axis=-1))
+        loss = cross_entropy(logits, val_types.target)
         A = query_onehot.T @ mass / per_query[:, None]
         out = {
             f"population_{k}": pop[k]
