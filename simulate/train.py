@@ -105,7 +105,14 @@ class TrainResult:
 
 def seed_streams(seed_ids: Sequence[int]) -> dict[str, jax.Array]:
     """Per seed id: independent init, noise and data keys (``fold_in`` of the seed's key)."""
-    base = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seed_ids, dtype=jnp.uint32))
+    return _seed_streams(np.asarray(seed_ids, dtype=np.uint32))
+
+
+# one program: eager, the key derivation was four (a conversion, the seed hash, the fold-ins),
+# each traced, lowered and looked up in the compilation cache by every process
+@jax.jit
+def _seed_streams(seed_ids: jax.Array) -> dict[str, jax.Array]:
+    base = jax.vmap(jax.random.PRNGKey)(seed_ids)
     return {
         name: jax.vmap(lambda k, t=tag: jax.random.fold_in(k, t))(base)
         for name, tag in (("init", INIT), ("noise", NOISE), ("data", DATA))
@@ -170,6 +177,27 @@ def optimizer_step(
     return optax.apply_updates(params, updates), opt_state, loss
 
 
+def _initial_state(
+    problem: Problem, optimizer: optax.GradientTransformation, keys: dict[str, jax.Array]
+) -> State:
+    """Every seed's starting ``State`` from its keys, built by one program (eager, the optimizer's
+    init and the counters were a program per operation and shape, in every process)."""
+
+    def build(init_keys, noise_keys, data_keys):
+        params = jax.vmap(problem.init)(init_keys, noise_keys)
+        counters = jnp.zeros(data_keys.shape[0], jnp.int32)
+        return (
+            params,
+            jax.vmap(optimizer.init)(params),
+            data_keys,
+            counters,
+            counters - 1,
+            counters - 1,
+        )
+
+    return jax.jit(build)(keys["init"], keys["noise"], keys["data"])
+
+
 def _chunk_program(
     problem: Problem,
     optimizer: optax.GradientTransformation,
@@ -181,13 +209,11 @@ def _chunk_program(
     the chunk starts from (wanted at the run's start only: ``first``; later chunks start where
     the previous one's last row was taken, and their first row is left uncomputed). ``consts``
     are the problem's hoisted arrays (see ``_hoisted``)."""
-    one = jax.tree_util.tree_map(lambda x: x[0], state)
+    # shapes only: the problem is traced, never run, at one seed's state
+    one = jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s), state)
     loss_and_direction, ld_consts = _hoisted(problem.loss_and_direction, one[0], one[2])
     observation, obs_consts = _hoisted(problem.observation, one[0], one[1])
-    blank = jax.tree_util.tree_map(
-        lambda x: jnp.zeros(x.shape, x.dtype),
-        jax.eval_shape(observation, obs_consts, one[0], one[1]),
-    )
+    row_shapes = jax.eval_shape(observation, obs_consts, one[0], one[1])
     rows = schedule.chunk // schedule.log_every
 
     def one_step(consts, carry):
@@ -217,7 +243,10 @@ def _chunk_program(
         # both predicates are unbatched, so each cond runs one branch
         def log_row(carry, k):
             row = jax.lax.cond(
-                (k > 0) | first, lambda c: observation(obs, c[0], c[1]), lambda c: blank, carry
+                (k > 0) | first,
+                lambda c: observation(obs, c[0], c[1]),
+                lambda c: jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), row_shapes),
+                carry,
             )
             return jax.lax.cond(k < rows, steps, lambda c: c, carry), row
 
@@ -263,18 +292,7 @@ def train(
     The state of every seed (stacked along a leading axis) is the tuple ``State``: parameters,
     optimizer state, data key, step, and the first non-finite step and its kind (-1: none)."""
     seed_ids = list(seed_ids)
-    keys = seed_streams(seed_ids)
-    # jitted: eager vmapped ops would dispatch one by one
-    params = jax.jit(jax.vmap(problem.init))(keys["init"], keys["noise"])
-    n = len(seed_ids)
-    state: State = (
-        params,
-        jax.vmap(optimizer.init)(params),
-        keys["data"],
-        jnp.zeros(n, jnp.int32),
-        jnp.full(n, -1, jnp.int32),
-        jnp.full(n, -1, jnp.int32),
-    )
+    state = _initial_state(problem, optimizer, seed_streams(seed_ids))
     t0 = time.perf_counter()
     program, consts = _chunk_program(problem, optimizer, schedule, state)
     tracing_seconds = time.perf_counter() - t0
