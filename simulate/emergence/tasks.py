@@ -31,6 +31,7 @@ against arbitrary earlier ones; measured (K = 2, S = 8, c = 3, lr 1e-2): 0.76 wi
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,9 @@ def sparsity_grid(S: int) -> tuple[int, ...]:
     return tuple(s for s in (1, 2, 4, 8, 16, 24, 30, 31) if s <= S)
 
 
+# jitted (here and for the samplers): eager, the vmapped draws were a program per operation,
+# traced by every process
+@partial(jax.jit, static_argnums=(0, 1))
 def linear_map(S: int, s: int, key: jax.Array) -> jax.Array:
     """M in {0,1}^{S x S} with exactly s ones per row at uniformly random columns (int32)."""
     keys = jax.random.split(key, S)
@@ -62,6 +66,7 @@ def linear_map(S: int, s: int, key: jax.Array) -> jax.Array:
     return jnp.zeros((S, S), jnp.int32).at[jnp.arange(S)[:, None], rows].set(1)
 
 
+@partial(jax.jit, static_argnums=(2, 3))
 def sample_linear_map(M: ArrayLike, key: jax.Array, batch: int, states: int = 2) -> jax.Array:
     """Token sequences (batch, states * S) of x_0, M x_0, M^2 x_0, ... (mod 2)."""
     M = jnp.asarray(M)
@@ -113,6 +118,7 @@ def check_ca(S: int, alphabet: int, states: int) -> None:
     require(states >= 2, "states", states, "states per sequence >= 2")
 
 
+@partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def sample_ca(key: jax.Array, batch: int, S: int, alphabet: int = 4, states: int = 5) -> jax.Array:
     """Token sequences (batch, states * S): x_0 uniform, one random rule table per sequence."""
     K = alphabet

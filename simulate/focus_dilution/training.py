@@ -262,6 +262,8 @@ class TypeBatch(NamedTuple):
     target: jax.Array
 
 
+# one program: eager, the vmapped count was about 25 programs, traced by every process
+@partial(jax.jit, static_argnums=1)
 def type_batch(seqs, vocab: int) -> TypeBatch:
     """``seqs`` (``n x (s + 1)`` ids) as a :class:`TypeBatch`."""
     X = seqs[:, :-1]
@@ -373,22 +375,31 @@ def _entropy(p, axis=-1):
     return -jnp.sum(p * jnp.log(jnp.clip(p, 1e-300)), axis=axis)
 
 
+# one program: eager, the data's keys, sets and query counts were a dozen programs, traced by
+# every process
+@partial(jax.jit, static_argnums=(3, 4, 5))
+def _chain_data(key, pi, P, validation: int, train_size: int | None, length: int):
+    """The validation and (``train_size``) training sequences of ``markov_problem`` as type
+    batches, the validation queries one-hot and their counts (at least 1)."""
+    d = pi.shape[0]
+
+    def types(fold, n):
+        return type_batch(sample_chain(jax.random.fold_in(key, fold), pi, P, n, length), d)
+
+    val = types(1, validation)
+    query_onehot = jax.nn.one_hot(val.query, d)
+    train = None if train_size is None else types(2, train_size)
+    return val, train, query_onehot, jnp.maximum(query_onehot.sum(0), 1.0)
+
+
 def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
     pi_np, P_np = cfg.chain()
     pi, P = jnp.asarray(pi_np), jnp.asarray(P_np)
     d, s = pi_np.size, cfg.s
-    key = jax.random.PRNGKey(cfg.data_seed)
-    val = sample_chain(jax.random.fold_in(key, 1), pi, P, cfg.validation, s + 1)
-    train = (
-        None
-        if cfg.train_size is None
-        else sample_chain(jax.random.fold_in(key, 2), pi, P, cfg.train_size, s + 1)
+    val_types, train_types, query_onehot, per_query = _chain_data(
+        jax.random.PRNGKey(cfg.data_seed), pi, P, cfg.validation, cfg.train_size, s + 1
     )
-    full_batch = train is not None and cfg.minibatch == cfg.train_size
-    val_types = type_batch(val, d)
-    train_types = None if train is None else type_batch(train, d)
-    query_onehot = jax.nn.one_hot(val_types.query, d)
-    per_query = jnp.maximum(query_onehot.sum(0), 1.0)
+    full_batch = train_types is not None and cfg.minibatch == cfg.train_size
 
     def init(init_key, noise_key):
         del noise_key
@@ -443,7 +454,7 @@ def markov_problem(cfg: FocusDilutionConfig) -> tuple[Problem, dict]:
             if not k.startswith(("loss", "attention", "focus", "weighted"))
         },
     }
-    if train is not None:
+    if train_types is not None:
         dims["train_loss"] = ()
     coords = {
         "query": np.arange(d),

@@ -434,13 +434,16 @@ def _references(task: MarkovSetting, A, seqs):
 
 def yardstick_losses(task: MarkovSetting, A: jax.Array, sequences: jax.Array) -> np.ndarray:
     """Validation loss of uniform prediction (ln d) and of each truncated teacher A*_{1:k}."""
+    return np.concatenate([[math.log(task.vocab)], np.asarray(_teacher_losses(task, A, sequences))])
+
+
+# one program: eager, the h teachers' losses were about 25 programs (each operation at each
+# shape), traced and looked up in the compilation cache by every process
+@partial(jax.jit, static_argnums=0)
+def _teacher_losses(task: MarkovSetting, A, sequences):
     targets = sequences[:, task.window :]
-    return np.array(
-        [math.log(task.vocab)]
-        + [
-            float(_nll(teacher_log_probs(task, A, sequences, k), targets))
-            for k in range(1, task.h + 1)
-        ]
+    return jnp.stack(
+        [_nll(teacher_log_probs(task, A, sequences, k), targets) for k in range(1, task.h + 1)]
     )
 
 
