@@ -35,13 +35,15 @@ def devices() -> list[Any]:
 
 
 @contextmanager
-def _pinned(device: Any) -> Iterator[None]:
+def pinned(device: Any) -> Iterator[None]:
+    """Within it, ``devices()`` is ``[device]`` and new arrays and programs go to ``device``."""
+    saved = getattr(_local, "devices", None)
     _local.devices = [device]
     try:
         with jax.default_device(device):
             yield
     finally:
-        _local.devices = None
+        _local.devices = saved
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,8 @@ def run_side_by_side(jobs: Sequence[Callable[[], T] | After[T]]) -> list[T]:
             results[i] = call(i, results)
         return [results[i] for i in range(len(jobs))]
 
-    def pinned(i: int, device: Any) -> T:
-        with _pinned(device):
+    def call_on(i: int, device: Any) -> T:
+        with pinned(device):
             return call(i, results)
 
     waiting, free = list(range(len(jobs))), list(pool_devices)
@@ -94,7 +96,7 @@ def run_side_by_side(jobs: Sequence[Callable[[], T] | After[T]]) -> list[T]:
                         break
                     waiting.remove(i)
                     device = free.pop(0)
-                    running[pool.submit(pinned, i, device)] = (i, device)
+                    running[pool.submit(call_on, i, device)] = (i, device)
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
