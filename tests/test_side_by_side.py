@@ -145,3 +145,23 @@ def test_one_device_runs_the_jobs_in_order_with_their_needs():
 def test_needs_must_name_earlier_jobs():
     with pytest.raises(ConfigError, match="earlier jobs"):
         run_side_by_side([After((1,), lambda x: x), lambda: 1])
+
+
+def test_pinned_gives_its_device_and_restores_the_devices_it_found():
+    # the head ODE pins its crossing solves inside a run that may itself be pinned to a device;
+    # two CPU devices (the session's workers have one), so the outer pin is not all devices
+    script = textwrap.dedent(
+        """
+        import jax
+        jax.config.update("jax_num_cpu_devices", 2)
+        from simulate.side_by_side import devices, pinned
+        outer = devices()
+        assert len(outer) == 2
+        with pinned(outer[0]):
+            with pinned(outer[1]):
+                assert devices() == [outer[1]]
+            assert devices() == [outer[0]], devices()
+        assert devices() == outer
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)

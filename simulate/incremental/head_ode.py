@@ -195,8 +195,7 @@ def solve(
     # the crossings run on a second device, beside the trajectory, where the run has one (the
     # same programs on the same batch, so the same numbers; 64 Fig. 10 trajectories: 1.57 s one
     # after the other, 0.87 s side by side)
-    pool = side_by_side.devices()
-    beside = pool[-1]
+    beside = side_by_side.devices()[-1]
     crossing_args = (*jax.device_put(crossing_args[:4], beside), *crossing_args[4:])
     t0 = time.perf_counter()
     with grid_checks_without_callback():
