@@ -79,6 +79,16 @@ def use_unrolled_threefry() -> None:
     from jax.interpreters import mlir
 
     mlir.register_lowering(threefry2x32_p, unrolled, platform="cpu")
+    _UNROLLED.append(True)
+
+
+_UNROLLED: list[bool] = []
+
+
+def unrolled_threefry() -> bool:
+    """Whether this process lowers Threefry unrolled (``use_unrolled_threefry``): a program
+    exported by one process is the same in another only if both lower it alike."""
+    return bool(_UNROLLED)
 
 
 def share_cache_between_devices() -> None:

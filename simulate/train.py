@@ -9,6 +9,7 @@ run continues with bit-identical state.
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
-from simulate import side_by_side, signals
+from simulate import program_store, side_by_side, signals
 from simulate.store import RunStore
 
 INIT, NOISE, DATA = 0, 1, 2
@@ -143,13 +144,14 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _hoisted(fn: Callable, *example: Any) -> tuple[Callable, list[jax.Array]]:
-    """``fn`` traced once at ``example``, as ``(converted, consts)`` with
+def _hoisted(fn: Callable, *example: Any) -> tuple[Callable, list[jax.Array], str | None]:
+    """``fn`` traced once at ``example``, as ``(converted, consts, text)`` with
     ``converted(consts, *args) == fn(*args)``: the arrays ``fn`` closes over (a problem's data
     sets, teachers, reference tables) become arguments of the compiled program instead of
     constants in it, so runs that differ only in those values (seeds' data, a sweep's teachers)
     share one program and its persistent-cache entry, and XLA does not compile megabytes of
-    literals (markov quick: 12 MB)."""
+    literals (markov quick: 12 MB). ``text``: its output tree and jaxpr, which with the consts'
+    shapes name everything ``converted`` computes (``program_store.jaxpr_text``)."""
     closed, shape = jax.make_jaxpr(fn, return_shape=True)(*example)
     out_tree = jax.tree_util.tree_structure(shape)
 
@@ -158,7 +160,24 @@ def _hoisted(fn: Callable, *example: Any) -> tuple[Callable, list[jax.Array]]:
         flat = jax.extend.core.jaxpr_as_fun(with_consts)(*jax.tree_util.tree_leaves(args))
         return jax.tree_util.tree_unflatten(out_tree, flat)
 
-    return converted, list(closed.consts)
+    text = program_store.jaxpr_text(closed)
+    return converted, list(closed.consts), text and f"{out_tree}\n{text}"
+
+
+def _update_text(
+    optimizer: optax.GradientTransformation, g: Any, opt_state: Any, params: Any
+) -> str | None:
+    """The optimizer's update as the chunk inlines it, as text: its jaxpr at one seed's shapes
+    and a digest of the arrays it closes over (which the chunk compiles as constants)."""
+    with jax.numpy_dtype_promotion("standard"):
+        closed, shape = jax.make_jaxpr(optimizer.update, return_shape=True)(g, opt_state, params)
+    digest = hashlib.sha256()
+    for const in closed.consts:
+        value = np.asarray(const)
+        digest.update(f"{value.dtype}{value.shape}".encode())
+        digest.update(value.tobytes())
+    text = program_store.jaxpr_text(closed)
+    return text and f"{jax.tree_util.tree_structure(shape)}\n{text}\n{digest.hexdigest()}"
 
 
 def optimizer_step(
@@ -204,17 +223,26 @@ def _chunk_program(
     optimizer: optax.GradientTransformation,
     schedule: Schedule,
     state: State,
-) -> tuple[Callable, Any]:
-    """``(program, consts)``: ``program(consts, state, first) -> (state, rows)`` runs one chunk
-    of every seed and returns its ``chunk // log_every + 1`` rows, the first of them the state
-    the chunk starts from (wanted at the run's start only: ``first``; later chunks start where
-    the previous one's last row was taken, and their first row is left uncomputed). ``consts``
-    are the problem's hoisted arrays (see ``_hoisted``)."""
+) -> tuple[Callable, Any, tuple[str | None, ...]]:
+    """``(program, consts, identity)``: ``program(consts, state, first) -> (state, rows)`` runs
+    one chunk of every seed and returns its ``chunk // log_every + 1`` rows, the first of them the
+    state the chunk starts from (wanted at the run's start only: ``first``; later chunks start
+    where the previous one's last row was taken, and their first row is left uncomputed).
+    ``consts`` are the problem's hoisted arrays (see ``_hoisted``). ``identity``: what the
+    program's trace reads besides its arguments (the problem's and optimizer's jaxprs and the
+    schedule), the key of ``simulate.program_store``."""
     # shapes only: the problem is traced, never run, at one seed's state
     one = jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s), state)
-    loss_and_direction, ld_consts = _hoisted(problem.loss_and_direction, one[0], one[2])
-    observation, obs_consts = _hoisted(problem.observation, one[0], one[1])
+    loss_and_direction, ld_consts, ld_text = _hoisted(problem.loss_and_direction, one[0], one[2])
+    observation, obs_consts, obs_text = _hoisted(problem.observation, one[0], one[1])
     row_shapes = jax.eval_shape(observation, obs_consts, one[0], one[1])
+    direction = jax.eval_shape(loss_and_direction, ld_consts, one[0], one[2])[1]
+    identity = (
+        ld_text,
+        obs_text,
+        _update_text(optimizer, direction, one[1], one[0]),
+        f"log_every={schedule.log_every} chunk={schedule.chunk}",
+    )
     rows = schedule.chunk // schedule.log_every
 
     def one_step(consts, carry):
@@ -255,7 +283,7 @@ def _chunk_program(
 
     consts = (ld_consts, obs_consts)
     if jax.tree_util.tree_leaves(state)[0].shape[0] > 1:  # seeds
-        return jax.jit(jax.vmap(chunk, in_axes=(None, 0, None))), consts
+        return jax.jit(jax.vmap(chunk, in_axes=(None, 0, None))), consts, identity
 
     # vmap over a single seed still batches every gather and scatter of the step, and on the CPU
     # the batched forms cost up to 3x the plain ones (clustering-head evaluation: 10.9 ms against
@@ -264,7 +292,29 @@ def _chunk_program(
         state, rows = chunk(consts, jax.tree_util.tree_map(lambda x: x[0], state), first)
         return jax.tree_util.tree_map(lambda x: x[None], (state, rows))
 
-    return jax.jit(one_seed), consts
+    return jax.jit(one_seed), consts, identity
+
+
+def _compiled_chunk(program: Callable, identity: tuple[str | None, ...], args: tuple) -> Callable:
+    """``program`` compiled at ``args``, through ``simulate.program_store`` where ``identity``
+    names it: warm, tracing and lowering the chunk were half its compile (a small
+    clustering-head run: 0.86 of 1.66 s), and a stored export skips them."""
+    entry = program_store.traced_key(identity, args)
+    if entry is None:
+        return program.lower(*args).compile()
+    state_tree = jax.tree_util.tree_structure(args[1])
+
+    def flat(consts, state, first):  # the store keeps results as lists and dicts of arrays
+        state, rows = program(consts, state, first)
+        return jax.tree_util.tree_leaves(state), rows
+
+    executable = program_store.compiled_as(entry, flat, args)
+
+    def call(*args):
+        leaves, rows = executable(*args)
+        return jax.tree_util.tree_unflatten(state_tree, leaves), rows
+
+    return call
 
 
 def _to_dataset(
@@ -295,7 +345,7 @@ def train(
     seed_ids = list(seed_ids)
     state = _initial_state(problem, optimizer, seed_streams(seed_ids))
     t0 = time.perf_counter()
-    program, consts = _chunk_program(problem, optimizer, schedule, state)
+    program, consts, identity = _chunk_program(problem, optimizer, schedule, state)
     tracing_seconds = time.perf_counter() - t0
     rows_done, step = 0, 0
     if resume:
@@ -316,7 +366,7 @@ def train(
     pieces: list[xr.Dataset] = []
     state = shard_seeds(state)
     t0 = time.perf_counter()
-    compiled = program.lower(consts, state, np.bool_(first)).compile()
+    compiled = _compiled_chunk(program, identity, (consts, state, np.bool_(first)))
     compile_seconds = tracing_seconds + time.perf_counter() - t0
     run_seconds = 0.0
     per_row = schedule.log_every

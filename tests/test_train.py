@@ -196,7 +196,7 @@ def test_problems_differing_only_in_their_data_share_one_program(tmp_path):
     a sweep's runs (seeds' data sets, teachers) reuse one compiled program and cache entry."""
     schedule = Schedule(steps=20, log_every=5, chunk=20)
     rng = np.random.default_rng(0)
-    texts, fits = [], []
+    texts, identities, fits = [], [], []
     for target in (rng.normal(size=500), rng.normal(size=500) + 3.0):
         problem_ = _data_problem(target)
         state = (
@@ -205,13 +205,15 @@ def test_problems_differing_only_in_their_data_share_one_program(tmp_path):
             seed_streams([0])["data"],
             *(jax.numpy.zeros(1, jax.numpy.int32) for _ in range(3)),
         )
-        program, consts = _chunk_program(problem_, optax.sgd(0.1), schedule, state)
+        program, consts, identity = _chunk_program(problem_, optax.sgd(0.1), schedule, state)
         texts.append(program.lower(consts, state, True).as_text())
+        identities.append(identity)
         result = train(problem_, optax.sgd(0.1), schedule, [0], None, progress=False)
         fits.append(float(result.dataset["fit"].values[0, -1]))
         # gradient descent on the sum w_1 + w_2 + w_3 converges to the data's mean
         assert abs(fits[-1]) < 1e-3 * max(1.0, abs(target.mean()))
     assert texts[0] == texts[1]
+    assert identities[0] == identities[1]  # one entry of the program store too
     # the data set as a literal, as a program closing over it is lowered
     literal = re.compile(r"constant dense<[^>]*> : tensor<500xf64>")
     closing_over = jax.jit(lambda w: _data_problem(target).loss_and_direction(w, None))
