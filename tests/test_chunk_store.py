@@ -6,10 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulate import program_store
 from simulate.one_matrix import one_matrix_at_a_time
-from simulate.train import Problem, Schedule, train
+from simulate.train import Problem, Schedule, _chunk_program, seed_streams, train
 
 SCHEDULE = Schedule(steps=20, log_every=5, chunk=10)
 
@@ -99,6 +101,33 @@ def test_a_chunk_is_never_loaded_for_another_program(store, monkeypatch, other):
         plain = _rows(problem, optimizer, schedule=schedule)
     assert _same(_rows(problem, optimizer, schedule=schedule), plain)
     assert len(list(store.glob("*.jaxexport"))) == 2
+
+
+def _entry(problem, optimizer):
+    """The chunk's entry for two seeds of ``problem`` (the state as ``train`` builds it)."""
+    keys = seed_streams([0, 1])
+    params = jax.vmap(problem.init)(keys["init"], keys["noise"])
+    counters = jnp.zeros(2, jnp.int32)
+    state = (params, jax.vmap(optimizer.init)(params), keys["data"], counters, counters, counters)
+    _, consts, identity = _chunk_program(problem, optimizer, SCHEDULE, state)
+    return program_store.traced_key(identity, (consts, state, np.bool_(True)))
+
+
+finite = st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False)
+
+
+@settings(max_examples=15, deadline=None)
+@given(a=finite, b=finite | st.just(0.0) | st.just(-0.0), lr=st.floats(1e-6, 1.0))
+def test_entries_are_equal_exactly_when_the_literals_are(a, b, lr):
+    """Literals and hyperparameters enter the key at full precision: values one rounding apart
+    are other programs."""
+    target = np.zeros(50)
+    first = _entry(_problem(target, a), optax.sgd(lr))
+    assert first is not None and first == _entry(_problem(target, a), optax.sgd(lr))
+    same_bits = np.float64(a).tobytes() == np.float64(b).tobytes()  # 0.0 and -0.0 differ
+    assert (first == _entry(_problem(target, b), optax.sgd(lr))) == same_bits
+    after = float(np.nextafter(lr, 2.0))
+    assert first != _entry(_problem(target, a), optax.sgd(after))
 
 
 def _callback_sum(x):
