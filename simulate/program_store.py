@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Hashable
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -198,29 +198,20 @@ def compiled(fn: Callable, args: tuple, static: dict[str, Any] | None = None) ->
     as a flat list (an exported program keeps its argument tree, and our pytree types would
     each need registering); results must be tuples, lists or dicts of arrays."""
     static = static or {}
-    tree = jax.tree_util.tree_structure(args)
-    return _compiled(
-        key(fn, args, static),
-        lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs), **static),
-        args,
-    )
+    return compiled_as(key(fn, args, static), partial(fn, **static), args)
 
 
 def compiled_as(entry: str, fn: Callable, args: tuple) -> Callable:
     """``jax.jit(fn).lower(*args).compile()`` through the store under ``entry`` (see
     ``traced_key``), for a function the store cannot name by its module and arguments."""
-    tree = jax.tree_util.tree_structure(args)
-    return _compiled(entry, lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)), args)
-
-
-def _compiled(entry: str, flat_fn: Callable, args: tuple) -> Callable:
-    leaves = jax.tree_util.tree_leaves(args)
+    leaves, tree = jax.tree_util.tree_flatten(args)
     loaded = (entry, tuple(devices()))
     if loaded not in _LOADED:
         path = store_dir() / f"{entry}.jaxexport"
         program = _read(path)
         if program is None:
-            program = export.export(jax.jit(flat_fn))(*leaves)
+            flat = jax.jit(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)))
+            program = export.export(flat)(*leaves)
             _write(path, program)
         executable = jax.jit(program.call).lower(*leaves).compile()
         _LOADED[loaded] = lambda *xs: executable(*jax.tree_util.tree_leaves(xs))

@@ -144,14 +144,15 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _hoisted(fn: Callable, *example: Any) -> tuple[Callable, list[jax.Array], str | None]:
-    """``fn`` traced once at ``example``, as ``(converted, consts, text)`` with
+def _hoisted(fn: Callable, *example: Any) -> tuple[Callable, list[jax.Array], str | None, Any]:
+    """``fn`` traced once at ``example``, as ``(converted, consts, text, shape)`` with
     ``converted(consts, *args) == fn(*args)``: the arrays ``fn`` closes over (a problem's data
     sets, teachers, reference tables) become arguments of the compiled program instead of
     constants in it, so runs that differ only in those values (seeds' data, a sweep's teachers)
     share one program and its persistent-cache entry, and XLA does not compile megabytes of
     literals (markov quick: 12 MB). ``text``: its output tree and jaxpr, which with the consts'
-    shapes name everything ``converted`` computes (``program_store.jaxpr_text``)."""
+    shapes name everything ``converted`` computes (``program_store.jaxpr_text``); ``shape``: its
+    result's shapes and dtypes."""
     closed, shape = jax.make_jaxpr(fn, return_shape=True)(*example)
     out_tree = jax.tree_util.tree_structure(shape)
 
@@ -161,7 +162,7 @@ def _hoisted(fn: Callable, *example: Any) -> tuple[Callable, list[jax.Array], st
         return jax.tree_util.tree_unflatten(out_tree, flat)
 
     text = program_store.jaxpr_text(closed)
-    return converted, list(closed.consts), text and f"{out_tree}\n{text}"
+    return converted, list(closed.consts), text and f"{out_tree}\n{text}", shape
 
 
 def _update_text(
@@ -233,10 +234,10 @@ def _chunk_program(
     schedule), the key of ``simulate.program_store``."""
     # shapes only: the problem is traced, never run, at one seed's state
     one = jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s), state)
-    loss_and_direction, ld_consts, ld_text = _hoisted(problem.loss_and_direction, one[0], one[2])
-    observation, obs_consts, obs_text = _hoisted(problem.observation, one[0], one[1])
-    row_shapes = jax.eval_shape(observation, obs_consts, one[0], one[1])
-    direction = jax.eval_shape(loss_and_direction, ld_consts, one[0], one[2])[1]
+    loss_and_direction, ld_consts, ld_text, (_, direction) = _hoisted(
+        problem.loss_and_direction, one[0], one[2]
+    )
+    observation, obs_consts, obs_text, row_shapes = _hoisted(problem.observation, one[0], one[1])
     identity = (
         ld_text,
         obs_text,

@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from simulate import program_store
 from simulate.one_matrix import one_matrix_at_a_time
-from simulate.train import Problem, Schedule, _chunk_program, seed_streams, train
+from simulate.train import (
+    Problem,
+    Schedule,
+    _chunk_program,
+    _initial_state,
+    seed_streams,
+    train,
+)
 
 SCHEDULE = Schedule(steps=20, log_every=5, chunk=10)
 
@@ -105,10 +112,7 @@ def test_a_chunk_is_never_loaded_for_another_program(store, monkeypatch, other):
 
 def _entry(problem, optimizer):
     """The chunk's entry for two seeds of ``problem`` (the state as ``train`` builds it)."""
-    keys = seed_streams([0, 1])
-    params = jax.vmap(problem.init)(keys["init"], keys["noise"])
-    counters = jnp.zeros(2, jnp.int32)
-    state = (params, jax.vmap(optimizer.init)(params), keys["data"], counters, counters, counters)
+    state = _initial_state(problem, optimizer, seed_streams([0, 1]))
     _, consts, identity = _chunk_program(problem, optimizer, SCHEDULE, state)
     return program_store.traced_key(identity, (consts, state, np.bool_(True)))
 
