@@ -25,6 +25,7 @@ renamed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -231,6 +232,48 @@ def _read_trajectory(path: Path, rows: int | None) -> xr.Dataset:
     return merged
 
 
+def _append_rows(path: Path, chunk: xr.Dataset) -> bool:
+    """Append the rows of ``chunk`` to the stored arrays along ``step``, all arrays at once: one
+    trip through zarr's event loop, where xarray's ``to_zarr(append_dim=...)`` takes three per
+    variable (0.1 s for the nine small variables of a chunk, most of a small run's store time).
+
+    Only for a chunk whose variables along ``step`` are exactly the stored ones, each with the
+    stored dimensions and dtype, so the values go to disk as xarray would write them; returns
+    False, having written nothing, for any other chunk (xarray then appends it)."""
+    import zarr.api.asynchronous as zarr_async
+    from zarr.core.sync import sync
+
+    rows = {str(name): var for name, var in chunk.variables.items() if "step" in var.dims}
+
+    async def append() -> bool:
+        group = await zarr_async.open_group(str(path), mode="r+")
+        stored = {name: array async for name, array in group.arrays()}
+        along = {name for name, array in stored.items() if "step" in _dimension_names(array)}
+        if along != set(rows) or any(
+            _dimension_names(stored[n]) != v.dims or stored[n].dtype != v.dtype
+            for n, v in rows.items()
+        ):
+            return False
+        await asyncio.gather(
+            *(
+                stored[n].append(np.asarray(v.values), axis=v.dims.index("step"))
+                for n, v in rows.items()
+            )
+        )
+        return True
+
+    return sync(append())
+
+
+def _dimension_names(array: Any) -> tuple[str, ...]:
+    """The dimension names xarray stored with a zarr array (format 3 metadata or, for format 2,
+    the ``_ARRAY_DIMENSIONS`` attribute)."""
+    names = getattr(array.metadata, "dimension_names", None)
+    if names is None:
+        names = array.attrs.get("_ARRAY_DIMENSIONS", ())
+    return tuple(names)
+
+
 def check_output(path: Path | str, overwrite: bool = False, field: str = "out") -> None:
     """Refuse (``ConfigError`` on ``field``, before anything is computed) an output directory
     that is an existing file, that cannot be written, or that holds something already (unless
@@ -425,7 +468,8 @@ class RunStore:
         before = self.rows()
         t0 = time.time()
         if self.trajectory_path.exists() and before > 0:
-            chunk.to_zarr(self.trajectory_path, append_dim="step", consolidated=False)
+            if not _append_rows(self.trajectory_path, chunk):
+                chunk.to_zarr(self.trajectory_path, append_dim="step", consolidated=False)
         else:
             rows = rows_per_chunk or chunk.sizes["step"]
             encoding = {

@@ -54,9 +54,15 @@ def _kill_until(ctx, root, kills, seed):
     rng = random.Random(seed)
     ref_dir = root / "reference"
     _complete(ctx, ref_dir)  # starts the forkserver (imports jax) and fills the compile cache
-    t0 = time.perf_counter()
-    _complete(ctx, root / "timing")
-    full = time.perf_counter() - t0  # one whole run from a warm forkserver
+    # one whole run from a warm forkserver, the fastest of three: the first runs after the
+    # reference still pay one-off costs, and kills drawn over a longer span would let the
+    # rest of the runs complete unkilled
+    times = []
+    for i in range(3):
+        t0 = time.perf_counter()
+        _complete(ctx, root / f"timing-{i}")
+        times.append(time.perf_counter() - t0)
+    full = min(times)
     reference, _ = load(ref_dir)
     done, complete, partial, n = 0, 0, 0, 0
     out, resume = root / "run-0", False

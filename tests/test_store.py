@@ -1,12 +1,24 @@
 """The run store: config/trajectory/checkpoint layout, load, truncation on resume."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simulate.store import RunFileError, RunStore, git_revision, load, read_summary, versions
+from simulate.store import (
+    RunFileError,
+    RunStore,
+    _append_rows,
+    git_revision,
+    load,
+    read_summary,
+    versions,
+)
 
 
 def _chunk(steps, seeds=(0, 1)):
@@ -133,3 +145,69 @@ def test_a_whole_trajectory_without_steps_loads_back(tmp_path):
     data = xr.Dataset({"loss": ("time", np.linspace(1.0, 0.0, 5))}, coords={"time": np.arange(5)})
     store.write(data)
     xr.testing.assert_identical(load(store.path)[0], data)
+
+
+def _typed_chunk(start: int, floats, ints, flags) -> xr.Dataset:
+    """Three rows of every dtype a trainer logs, along ``step`` in either axis position, with a
+    coordinate along ``step`` and a variable without it."""
+    return xr.Dataset(
+        {
+            "loss": (("seed", "step"), np.asarray(floats, np.float32).reshape(2, 3)),
+            "norms": (("step", "seed"), np.asarray(floats, np.float64).reshape(3, 2)),
+            "events": (("seed", "step"), np.asarray(ints, np.int64).reshape(2, 3)),
+            "counts": (("seed", "step"), np.abs(np.asarray(ints)).astype(np.uint32).reshape(2, 3)),
+            "done": (("seed", "step"), np.asarray(flags, bool).reshape(2, 3)),
+            "scale": ("seed", np.arange(2.0)),
+        },
+        coords={
+            "seed": [4, 5],
+            "step": start + np.arange(3),
+            "time": ("step", start + 0.5 * np.arange(3)),
+        },
+    )
+
+
+def _files(root: Path) -> dict[Path, bytes]:
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(width=32, allow_infinity=True), min_size=6, max_size=6),
+        min_size=3,
+        max_size=3,
+    ),
+    st.lists(
+        st.lists(st.integers(-(2**40), 2**40), min_size=6, max_size=6), min_size=3, max_size=3
+    ),
+    st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=3, max_size=3),
+)
+def test_appended_rows_are_the_bytes_xarray_appends(tmp_path_factory, floats, ints, flags):
+    """``RunStore.append`` writes later chunks itself (all arrays in one go): the files on disk
+    are those of xarray's ``to_zarr(append_dim="step")``, byte for byte."""
+    chunks = [_typed_chunk(3 * i, f, n, b) for i, (f, n, b) in enumerate(zip(floats, ints, flags))]
+    ours, theirs = (RunStore(tmp_path_factory.mktemp(name)) for name in ("ours", "xarray"))
+    for store in (ours, theirs):
+        store.create("demo", {}, {})
+        store.append(chunks[0], rows_per_chunk=2)
+    for chunk in chunks[1:]:
+        assert _append_rows(ours.trajectory_path, chunk)
+        chunk.to_zarr(theirs.trajectory_path, append_dim="step", consolidated=False)
+    assert _files(ours.trajectory_path) == _files(theirs.trajectory_path)
+
+
+def test_a_chunk_that_does_not_match_the_stored_arrays_is_left_to_xarray(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.create("demo", {}, {})
+    first = _typed_chunk(0, np.arange(6.0), np.arange(6), np.ones(6))
+    store.append(first)
+    extra = _typed_chunk(3, np.arange(6.0), np.arange(6), np.ones(6))
+    extra["new"] = extra["loss"] * 2
+    retyped = _typed_chunk(3, np.arange(6.0), np.arange(6), np.ones(6))
+    retyped["loss"] = retyped["loss"].astype(np.float64)
+    for chunk in (extra, retyped, first.drop_vars("done")):
+        assert not _append_rows(store.trajectory_path, chunk)
+    assert load(store.path)[0].sizes["step"] == 3  # nothing was written
+    store.append(retyped)  # xarray appends it, casting to the stored dtype
+    np.testing.assert_array_equal(load(store.path)[0]["loss"].values[:, 3:], retyped["loss"].values)
