@@ -58,7 +58,7 @@ def store_dir() -> Path:
 
 
 @cache
-def _package_digest() -> str:
+def package_digest() -> str:
     """sha256 over the source of ``theory`` and ``simulate`` (paths and contents)."""
     digest = hashlib.sha256()
     for package in ("theory", "simulate"):
@@ -95,7 +95,7 @@ def _environment() -> tuple:
     """What every trace reads besides its function and arguments: our source, the tracing
     libraries' versions, the JAX settings that change a trace, and the Threefry lowering."""
     return (
-        _package_digest(),
+        package_digest(),
         _versions(),
         tuple(repr(getattr(jax.config, name, None)) for name in _SETTINGS),
         unrolled_threefry(),

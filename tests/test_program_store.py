@@ -105,7 +105,7 @@ def test_the_key_names_shapes_dtypes_static_arguments_and_source(monkeypatch):
         program_store.key(_scaled_sum, ((x,), y), {}),
         program_store.key(_scaled_sum, (x, y), {"n": 2}),
     ]
-    monkeypatch.setattr(program_store, "_package_digest", lambda: "edited")
+    monkeypatch.setattr(program_store, "package_digest", lambda: "edited")
     others.append(program_store.key(_scaled_sum, (x, y), {}))
     assert len({base, *others}) == len(others) + 1
 

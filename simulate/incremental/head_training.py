@@ -21,6 +21,7 @@ import numpy as np
 import optax
 import xarray as xr
 
+from simulate.derived_store import on_disk
 from simulate.incremental.head_field import logit_field, loss
 from simulate.incremental.head_ode import plateau_levels
 from simulate.incremental.head_options import HeadSystemOptions
@@ -104,15 +105,18 @@ def optimizer(cfg: HeadTrainConfig) -> optax.GradientTransformation:
 
 
 @cache
+@on_disk(decode=lambda v: (list(v[0]), int(v[1])))
 def derived_plateaus(setting: HeadSetting) -> tuple[list[float], int]:
     """The derived plateau levels and the lead block of ``setting`` (sympy: computed once per
-    setting and process, since every run and sweep point of a setting summarises with them)."""
+    setting and machine, since every run and sweep point of a setting summarises with them)."""
     return plateau_levels(setting), head_system(setting).ladder()[0]
 
 
 @cache
+@on_disk(decode=tuple)
 def predicted_times(setting: HeadSetting, noise: float) -> tuple[float | None, ...]:
-    """Predicted stage times (ODE time; None where not derived), once per setting and noise."""
+    """Predicted stage times (ODE time; None where not derived), once per setting, noise and
+    machine."""
     lead = derived_plateaus(setting)[1]
     preds = predict_stages(setting, noise, t1=lumped_escape_time(setting, lead))
     return tuple(p.time for p in preds)
