@@ -16,7 +16,7 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from functools import wraps
+from functools import cache, wraps
 from typing import Any, TypeVar
 
 from simulate.program_store import package_digest
@@ -27,14 +27,15 @@ R = TypeVar("R")
 _LIBRARIES = ("sympy", "mpmath", "numpy", "scipy", "jax", "diffrax")
 
 
-def _versions() -> list[str]:
+@cache
+def _versions() -> tuple[str, ...]:
     out = []
     for name in _LIBRARIES:
         try:
             out.append(f"{name}={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
             out.append(f"{name}=-")
-    return out
+    return tuple(out)
 
 
 def on_disk(decode: Callable[[Any], R]) -> Callable[[Callable[..., R]], Callable[..., R]]:
