@@ -11,31 +11,19 @@ libraries that compute it; any edit of our source or upgrade of those libraries 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import threading
 from collections.abc import Callable
-from functools import cache, wraps
+from functools import wraps
 from typing import Any, TypeVar
 
-from simulate.program_store import package_digest
+from simulate.program_store import library_versions, package_digest
 from simulate.runtime import cache_dir
 
 R = TypeVar("R")
 
 _LIBRARIES = ("sympy", "mpmath", "numpy", "scipy", "jax", "diffrax")
-
-
-@cache
-def _versions() -> tuple[str, ...]:
-    out = []
-    for name in _LIBRARIES:
-        try:
-            out.append(f"{name}={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            out.append(f"{name}=-")
-    return tuple(out)
 
 
 def on_disk(decode: Callable[[Any], R]) -> Callable[[Callable[..., R]], Callable[..., R]]:
@@ -45,7 +33,13 @@ def on_disk(decode: Callable[[Any], R]) -> Callable[[Callable[..., R]], Callable
     def decorate(fn: Callable[..., R]) -> Callable[..., R]:
         @wraps(fn)
         def stored(*args: Any) -> R:
-            parts = (fn.__module__, fn.__qualname__, repr(args), package_digest(), _versions())
+            parts = (
+                fn.__module__,
+                fn.__qualname__,
+                repr(args),
+                package_digest(),
+                library_versions(_LIBRARIES),
+            )
             name = hashlib.sha256(repr(parts).encode()).hexdigest()
             path = cache_dir() / "derived" / f"{name}.json"
             try:

@@ -81,9 +81,10 @@ def _module_digest(module: str) -> str:
 
 
 @cache
-def _versions() -> tuple[str, ...]:
+def library_versions(names: tuple[str, ...] = _LIBRARIES) -> tuple[str, ...]:
+    """``name=version`` of each library of ``names`` (``name=-`` where it is not installed)."""
     found = []
-    for name in _LIBRARIES:
+    for name in names:
         try:
             found.append(f"{name}={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
@@ -96,7 +97,7 @@ def _environment() -> tuple:
     libraries' versions, the JAX settings that change a trace, and the Threefry lowering."""
     return (
         package_digest(),
-        _versions(),
+        library_versions(),
         tuple(repr(getattr(jax.config, name, None)) for name in _SETTINGS),
         unrolled_threefry(),
     )
