@@ -1161,7 +1161,7 @@ EMERGENCE = (
         "token after x_0",
         "confirmed",
         f"{_EM}test_tasks.py::test_each_sequence_follows_its_own_periodic_table, "
-        f"{_EM}test_tasks.py::test_ca_sequences_follow_one_table_per_sequence",
+        f"{_EM}test_tasks.py::test_ca_pattern_points_each_query_at_three_cells_of_the_previous_state",
         "5 states per sequence",
         tag=_E_CA,
     ),
