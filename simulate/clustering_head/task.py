@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +71,10 @@ def labels(x, sparsity: int, modulus: int):
     return jnp.sum(x[..., :sparsity], axis=-1) % modulus
 
 
+# jitted with n, L and p static: drawn eagerly, randint takes its bounds as arguments, and with the
+# unrolled Threefry lowering that program compiled in about 1.9 s per shape, against 0.24 s with
+# the bounds constant (the same bits: the hash and the integer arithmetic are exact)
+@partial(jax.jit, static_argnums=(1, 2, 3))
 def sample_sequences(key, n: int, length: int, modulus: int) -> jax.Array:
     """n i.i.d. uniform sequences in Z_p^L (int32, shape (n, L))."""
     return jax.random.randint(key, (n, length), 0, modulus, dtype=jnp.int32)

@@ -55,6 +55,17 @@ def test_labels_are_the_sum_of_the_first_k_tokens_mod_p():
     assert not np.array_equal(np.asarray(data.train[:32]), np.asarray(data.test))
 
 
+def test_sampled_sequences_are_the_eager_randint_draws_bit_for_bit():
+    """The sampler, jitted for its compile time, draws exactly randint's sequences drawn eagerly,
+    so runs stored before it was jitted keep their data."""
+    from simulate.clustering_head.task import sample_sequences
+
+    for n, L, p in ((64, 12, 2), (40, 6, 5)):
+        key = jax.random.fold_in(jax.random.PRNGKey(3), 1)
+        eager = jax.random.randint(key, (n, L), 0, p, dtype=jnp.int32)
+        np.testing.assert_array_equal(np.asarray(sample_sequences(key, n, L, p)), eager)
+
+
 def test_population_and_probe_set_cover_the_input_space_and_histograms():
     pop = all_sequences(4, 3)
     assert pop.shape == (81, 4) and len({tuple(r) for r in pop}) == 81
