@@ -55,8 +55,9 @@ def test_linear_map_pattern_is_causal_and_matches_m():
 
 def test_ca_pattern_points_each_query_at_three_cells_of_the_previous_state():
     # the sequences themselves: test_each_sequence_follows_its_own_periodic_table
-    B = tasks.ca_pattern(8, 5)
-    assert (B[8 - 1 :].sum(1) == 3).all() and (np.triu(B, 1) == 0).all()
+    S = 8
+    B = tasks.ca_pattern(S, 5)
+    assert (B[S - 1 :].sum(1) == 3).all() and (np.triu(B, 1) == 0).all()
 
 
 def test_ca_floor_below_ln_k_and_falls_with_more_states():
