@@ -413,6 +413,34 @@ def _resumed_defaults(argv: list[str]) -> dict[str, Any]:
         return {}
 
 
+FIGURE_COMMANDS: dict[str, Literal["figure", "comparison"]] = {
+    "figure": "figure",
+    "compare": "comparison",
+}
+
+
+def _named_figure(argv: list[str]) -> tuple[Any, Callable[[Any], int]] | None:
+    """For ``figure ID ...`` or ``compare NAME ...``: that figure's subcommand alone and what runs
+    it, found by ``figures.registry.find``, which imports the figure's own module (the command
+    tree imports every figure module, about 2 s of each start); None for any other command line,
+    which the tree parses."""
+    if len(argv) < 2 or argv[0] not in FIGURE_COMMANDS:
+        return None
+    from figures.registry import find
+
+    figure = find(FIGURE_COMMANDS[argv[0]], argv[1])
+    if figure is None:
+        return None
+    choice = _choice(argv[1], figure.description, [("config", figure.config, figure.config())])
+    return choice.__origin__, lambda cmd: _figure(figure, cmd.config)
+
+
+def _parse(parser: Any, args: list[str], prog: str, choices: dict[str, list[str]], argv: list[str]):
+    """``tyro.cli`` with bad input turned into one ``ConfigError`` line (``_one_line``)."""
+    with tyro_errors.on_parse_error(lambda event: _one_line(event, choices, argv)):
+        return tyro.cli(parser, args=args, prog=prog, config=(tyro.conf.OmitSubcommandPrefixes,))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``) and run the chosen command; the exit code."""
     import matplotlib
@@ -423,15 +451,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        named = _named_figure(argv)
+        if named is not None:
+            parser, action = named
+            return action(_parse(parser, argv[2:], f"stagewise {argv[0]} {argv[1]}", {}, argv))
         words = [a for a in argv if not a.startswith("-")]
         cli = commands(_resumed_defaults(argv), words[0] if words else None)
-        with tyro_errors.on_parse_error(lambda event: _one_line(event, cli.choices, argv)):
-            command = tyro.cli(
-                cli.parser,
-                args=argv,
-                prog="stagewise",
-                config=(tyro.conf.OmitSubcommandPrefixes,),
-            )
+        command = _parse(cli.parser, argv, "stagewise", cli.choices, argv)
         return cli.actions[type(command)](command)
     except ConfigError as err:
         print(f"stagewise: error: {err}", file=sys.stderr)

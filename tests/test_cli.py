@@ -153,6 +153,48 @@ def test_sweep_grid_items_merge_whether_repeated_or_listed(argv):
     assert grid_items(tyro.cli(SweepOptions, args=argv)) == ["lr=0.004", "m=1.7,1.9"]
 
 
+def test_every_figure_is_found_by_its_id_and_nothing_else_is():
+    from figures.registry import declared, find
+
+    for figure in declared():
+        assert find(figure.kind, figure.command_name) is figure
+    assert find("comparison", "incremental").id == "compare-incremental"
+    for kind, name in [
+        ("figure", "compare-incremental"),  # a comparison, not a figure
+        ("comparison", "incremental-ode"),
+        ("figure", "incremental-ode-config"),  # a module without a FIGURE
+        ("figure", "incremental-nonexistent"),
+        ("figure", "incremental-"),
+        ("figure", "incremental-ode.x"),
+        ("figure", "nowing-ode"),
+        ("figure", ""),
+    ]:
+        assert find(kind, name) is None, (kind, name)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["figure", "incremental-ode", "--quick", "--eps", "1e-6", "--out", "o"],
+        ["figure", "focus-dilution-stages", "--replot", "--seeds", "2"],
+        ["compare", "focus-dilution", "--quick", "--quiet"],
+        ["figure", "clustering-head-sandbox"],
+    ],
+)
+def test_a_named_figure_parses_as_in_the_command_tree(argv, monkeypatch):
+    """``figure ID`` is parsed with ID's subcommand alone (``figures.cli._named_figure``): the
+    same config as the whole command tree gives."""
+    import figures.cli
+
+    seen = []
+    monkeypatch.setattr(figures.cli, "_figure", lambda figure, cfg: seen.append((figure, cfg)))
+    assert main(argv) is None
+    monkeypatch.setattr(figures.cli, "_named_figure", lambda argv: None)
+    assert main(argv) is None
+    (alone, cfg_alone), (tree, cfg_tree) = seen
+    assert alone is tree and cfg_alone == cfg_tree
+
+
 def test_a_command_line_builds_only_the_command_it_names():
     """``stagewise run`` imports no figure module and ``stagewise derive`` no experiment (each
     costs seconds of imports at every start), while the top level still names every command."""
@@ -179,3 +221,16 @@ def test_a_command_line_builds_only_the_command_it_names():
     assert "simulate.clustering_head.training" not in seen["derive"][1]
     assert seen["--help"][0] == ["compare", "derive", "figure", "run", "stagewise", "sweep"]
     assert "figures.incremental.ode" in seen["--help"][1]
+
+    # `figure ID` imports ID's own module and no other wing's (nor the derivations)
+    code = (
+        "import json, sys; from figures.cli import _named_figure; "
+        "assert _named_figure(['figure', 'focus-dilution-stages']) is not None; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('figures.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported = json.loads(out.stdout)
+    assert "figures.focus_dilution.stages" in imported
+    assert "figures.focus_dilution.timing" not in imported
+    others = ("incremental", "clustering_head", "emergence", "mean_field", "derive")
+    assert not [m for m in imported if m.split(".")[1] in others]

@@ -494,6 +494,8 @@ def stubbed_compute():
     stubs = tuple(dataclasses.replace(f, compute=_reached) for f in figures.registry.declared())
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(figures.registry, "declared", lambda: stubs)
+        by_name = {(f.kind, f.command_name): f for f in stubs}
+        mp.setattr(figures.registry, "find", lambda kind, name: by_name.get((kind, name)))
         for name, experiment in EXPERIMENTS.items():
             mp.setitem(EXPERIMENTS, name, dataclasses.replace(experiment, run=_reached))
         mp.setattr(simulate.sweep, "_run_sweep", _reached)

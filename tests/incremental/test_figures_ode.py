@@ -54,8 +54,7 @@ def test_incremental_ode_quick_figure(tmp_path, capsys, monkeypatch):
     def fail(cfg, run_dir):
         pytest.fail("replot recomputed")
 
-    replaced = {**figures.registry.all_figures(), FIGURE.id: replace(FIGURE, compute=fail)}
-    monkeypatch.setattr(figures.registry, "all_figures", lambda: replaced)
+    monkeypatch.setattr(figures.registry, "find", lambda kind, name: replace(FIGURE, compute=fail))
     assert main(["figure", "incremental-ode", "--replot", "--out", str(tmp_path)]) == 0
     assert (run_dir / "incremental-ode.png").stat().st_size > 0
     assert read_summary(run_dir) == summary
