@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -179,6 +179,41 @@ class Commands:
     """the subcommand names of each command ("stagewise" for the top level)."""
 
 
+def _figure_command(figure) -> tuple[Any, Callable[[Any], int]]:
+    """The subcommand of a figure or comparison, and what runs it."""
+    choice = _choice(
+        figure.command_name, figure.description, [("config", figure.config, figure.config())]
+    )
+    return choice, lambda cmd: _figure(figure, cmd.config)
+
+
+def _run_command(experiment, defaults: Any = None) -> tuple[Any, Callable[[Any], int]]:
+    """``run NAME``: the experiment's options (from ``defaults``, a resumed run's config, when
+    given) and the run directory's, and what runs it."""
+    from simulate.runner import RunOutput
+
+    config = experiment.config() if defaults is None else defaults
+    choice = _choice(
+        experiment.name,
+        experiment.description,
+        [("experiment", experiment.config, config), ("output", RunOutput, RunOutput())],
+    )
+    return choice, lambda cmd: _run(experiment, cmd.experiment, cmd.output)
+
+
+def _sweep_command(experiment) -> tuple[Any, Callable[[Any], int]]:
+    """``sweep NAME``: the experiment's options and the sweep's, and what runs it."""
+    choice = _choice(
+        experiment.name,
+        experiment.description,
+        [
+            ("experiment", experiment.config, experiment.config()),
+            ("options", SweepOptions, SweepOptions()),
+        ],
+    )
+    return choice, lambda cmd: _sweep(experiment, cmd.experiment, cmd.options)
+
+
 def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None) -> Commands:
     """The command tree, built from the registries: figures, comparisons, experiments (run and
     sweep) and derivations, each a subcommand with its config's options. ``run_defaults``: the
@@ -189,69 +224,43 @@ def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None
     another); ``choices`` still names every command at the top level."""
     actions: dict[type, Callable[[Any], int]] = {}
 
-    def choices(entries, make, act) -> list[Any]:
+    def choices(made: Iterable[tuple[Any, Callable[[Any], int]]]) -> list[Any]:
         out = []
-        for entry in entries:
-            choice = make(entry)
-            actions[choice.__origin__] = lambda cmd, e=entry: act(e, cmd)
+        for choice, act in made:
+            actions[choice.__origin__] = act
             out.append(choice)
         return out
 
     def figures() -> list[Any]:
         from figures.registry import all_figures
 
-        return choices(
-            all_figures().values(),
-            lambda f: _choice(f.id, f.description, [("config", f.config, f.config())]),
-            lambda f, cmd: _figure(f, cmd.config),
-        )
+        return choices(_figure_command(f) for f in all_figures().values())
 
     def compares() -> list[Any]:
         from figures.registry import comparisons
 
-        return choices(
-            comparisons().values(),
-            lambda f: _choice(f.command_name, f.description, [("config", f.config, f.config())]),
-            lambda f, cmd: _figure(f, cmd.config),
-        )
+        return choices(_figure_command(f) for f in comparisons().values())
 
     def runs() -> list[Any]:
         from simulate.experiments import EXPERIMENTS
-        from simulate.runner import RunOutput
 
-        return choices(
-            EXPERIMENTS.values(),
-            lambda e: _choice(
-                e.name,
-                e.description,
-                [
-                    ("experiment", e.config, (run_defaults or {}).get(e.name) or e.config()),
-                    ("output", RunOutput, RunOutput()),
-                ],
-            ),
-            lambda e, cmd: _run(e, cmd.experiment, cmd.output),
-        )
+        defaults = run_defaults or {}
+        return choices(_run_command(e, defaults.get(e.name)) for e in EXPERIMENTS.values())
 
     def sweeps() -> list[Any]:
         from simulate.experiments import EXPERIMENTS
 
-        return choices(
-            EXPERIMENTS.values(),
-            lambda e: _choice(
-                e.name,
-                e.description,
-                [("experiment", e.config, e.config()), ("options", SweepOptions, SweepOptions())],
-            ),
-            lambda e, cmd: _sweep(e, cmd.experiment, cmd.options),
-        )
+        return choices(_sweep_command(e) for e in EXPERIMENTS.values())
 
     def derives() -> list[Any]:
         from figures.derive import SYSTEMS
 
         return choices(
-            SYSTEMS.values(),
-            lambda s: _choice(s.name, s.description, [("config", s.config, s.config())]),
-            lambda s, cmd: _derive(s, cmd.config),
+            (
+                _choice(s.name, s.description, [("config", s.config, s.config())]),
+                lambda cmd, s=s: _derive(s, cmd.config),
+            )
+            for s in SYSTEMS.values()
         )
 
     groups = [
@@ -295,7 +304,7 @@ def _list() -> int:
         print(f"figure     {fig.id:36s} {fig.paper:16s} {fig.description}")
     for fig in comparisons().values():
         print(f"compare    {fig.command_name:36s} {fig.paper:16s} {fig.description}")
-    for exp in EXPERIMENTS.values():
+    for exp in EXPERIMENTS.entries.values():
         print(f"experiment {exp.name:36s} {'':16s} {exp.description}")
     for system in SYSTEMS.values():
         print(f"derive     {system.name:36s} {'':16s} {system.description}")
@@ -419,20 +428,31 @@ FIGURE_COMMANDS: dict[str, Literal["figure", "comparison"]] = {
 }
 
 
-def _named_figure(argv: list[str]) -> tuple[Any, Callable[[Any], int]] | None:
-    """For ``figure ID ...`` or ``compare NAME ...``: that figure's subcommand alone and what runs
-    it, found by ``figures.registry.find``, which imports the figure's own module (the command
-    tree imports every figure module, about 2 s of each start); None for any other command line,
-    which the tree parses."""
-    if len(argv) < 2 or argv[0] not in FIGURE_COMMANDS:
+def _named(
+    argv: list[str], run_defaults: dict[str, Any]
+) -> tuple[Any, Callable[[Any], int]] | None:
+    """For ``figure ID``, ``compare NAME``, ``run NAME`` or ``sweep NAME`` followed by options:
+    that one subcommand and what runs it, with only its own module imported (the command tree
+    imports every figure module, about 2 s, or every experiment's, 1.3-1.8 s); None for any
+    other command line, which the tree parses."""
+    if len(argv) < 2:
         return None
-    from figures.registry import find
+    command, name = argv[0], argv[1]
+    if command in FIGURE_COMMANDS:
+        from figures.registry import find
 
-    figure = find(FIGURE_COMMANDS[argv[0]], argv[1])
-    if figure is None:
-        return None
-    choice = _choice(argv[1], figure.description, [("config", figure.config, figure.config())])
-    return choice.__origin__, lambda cmd: _figure(figure, cmd.config)
+        figure = find(FIGURE_COMMANDS[command], name)
+        return None if figure is None else _figure_command(figure)
+    if command in ("run", "sweep"):
+        from simulate.experiments import EXPERIMENTS
+
+        if name not in EXPERIMENTS:
+            return None
+        experiment = EXPERIMENTS[name]
+        if command == "run":
+            return _run_command(experiment, run_defaults.get(name))
+        return _sweep_command(experiment)
+    return None
 
 
 def _parse(parser: Any, args: list[str], prog: str, choices: dict[str, list[str]], argv: list[str]):
@@ -451,12 +471,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        named = _named_figure(argv)
+        run_defaults = _resumed_defaults(argv)
+        named = _named(argv, run_defaults)
         if named is not None:
             parser, action = named
             return action(_parse(parser, argv[2:], f"stagewise {argv[0]} {argv[1]}", {}, argv))
         words = [a for a in argv if not a.startswith("-")]
-        cli = commands(_resumed_defaults(argv), words[0] if words else None)
+        cli = commands(run_defaults, words[0] if words else None)
         command = _parse(cli.parser, argv, "stagewise", cli.choices, argv)
         return cli.actions[type(command)](command)
     except ConfigError as err:

@@ -153,6 +153,25 @@ def test_sweep_grid_items_merge_whether_repeated_or_listed(argv):
     assert grid_items(tyro.cli(SweepOptions, args=argv)) == ["lr=0.004", "m=1.7,1.9"]
 
 
+def test_each_experiment_is_the_one_its_module_defines():
+    """The registry's entries name, without importing them, the module and config class of each
+    experiment: the module's own ``NAME`` and ``run``."""
+    import importlib
+
+    from simulate.experiments import EXPERIMENTS
+
+    assert len(EXPERIMENTS) == 7
+    for name, entry in EXPERIMENTS.entries.items():
+        module = importlib.import_module(entry.module)
+        experiment = EXPERIMENTS[name]
+        assert module.NAME == name == experiment.name
+        assert experiment.run is module.run
+        assert experiment.config.__module__ == entry.module
+    assert "nonexistent" not in EXPERIMENTS
+    with pytest.raises(KeyError):
+        EXPERIMENTS["nonexistent"]
+
+
 def test_every_figure_is_found_by_its_id_and_nothing_else_is():
     from figures.registry import declared, find
 
@@ -179,20 +198,24 @@ def test_every_figure_is_found_by_its_id_and_nothing_else_is():
         ["figure", "focus-dilution-stages", "--replot", "--seeds", "2"],
         ["compare", "focus-dilution", "--quick", "--quiet"],
         ["figure", "clustering-head-sandbox"],
+        ["run", "clustering-head", "--seeds", "2", "--out", "o", "--quiet"],
+        ["run", "heads-gd", "--lr", "0.5", "--no-store"],
+        ["sweep", "emergence", "--grid", "seed=0,1", "--workers", "1"],
     ],
 )
-def test_a_named_figure_parses_as_in_the_command_tree(argv, monkeypatch):
-    """``figure ID`` is parsed with ID's subcommand alone (``figures.cli._named_figure``): the
-    same config as the whole command tree gives."""
+def test_a_named_subcommand_parses_as_in_the_command_tree(argv, monkeypatch):
+    """``figure ID``, ``compare NAME``, ``run NAME`` and ``sweep NAME`` are parsed with that
+    subcommand alone (``figures.cli._named``): the same config as the whole command tree gives."""
     import figures.cli
 
     seen = []
-    monkeypatch.setattr(figures.cli, "_figure", lambda figure, cfg: seen.append((figure, cfg)))
+    for action in ("_figure", "_run", "_sweep"):
+        monkeypatch.setattr(figures.cli, action, lambda *args: seen.append(args))
     assert main(argv) is None
-    monkeypatch.setattr(figures.cli, "_named_figure", lambda argv: None)
+    monkeypatch.setattr(figures.cli, "_named", lambda argv, defaults: None)
     assert main(argv) is None
-    (alone, cfg_alone), (tree, cfg_tree) = seen
-    assert alone is tree and cfg_alone == cfg_tree
+    alone, tree = seen
+    assert alone[0] is tree[0] and alone[1:] == tree[1:]
 
 
 def test_a_command_line_builds_only_the_command_it_names():
@@ -222,15 +245,20 @@ def test_a_command_line_builds_only_the_command_it_names():
     assert seen["--help"][0] == ["compare", "derive", "figure", "run", "stagewise", "sweep"]
     assert "figures.incremental.ode" in seen["--help"][1]
 
-    # `figure ID` imports ID's own module and no other wing's (nor the derivations)
+    # `figure ID` imports ID's own module and no other wing's (nor the derivations), and
+    # `run NAME` NAME's module and no other experiment's
     code = (
-        "import json, sys; from figures.cli import _named_figure; "
-        "assert _named_figure(['figure', 'focus-dilution-stages']) is not None; "
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('figures.'))))"
+        "import json, sys; from figures.cli import _named; "
+        "assert _named(['figure', 'focus-dilution-stages'], {}) is not None; "
+        "assert _named(['run', 'clustering-head'], {}) is not None; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('figures.', "
+        "'simulate.')))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     imported = json.loads(out.stdout)
-    assert "figures.focus_dilution.stages" in imported
+    assert {"figures.focus_dilution.stages", "simulate.clustering_head.training"} <= set(imported)
     assert "figures.focus_dilution.timing" not in imported
     others = ("incremental", "clustering_head", "emergence", "mean_field", "derive")
-    assert not [m for m in imported if m.split(".")[1] in others]
+    assert not [m for m in imported if m.startswith("figures.") and m.split(".")[1] in others]
+    trainers = [m for m in imported if m.startswith("simulate.") and m.endswith("training")]
+    assert trainers == ["simulate.clustering_head.training"]
