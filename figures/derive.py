@@ -22,7 +22,7 @@ from figures import (
 from simulate.incremental.head_ode import plateau_levels
 from simulate.incremental.head_options import HeadSystemOptions
 from theory.gradient_flow import classify_spectrum
-from theory.incremental.heads import METRICS, HeadSystem
+from theory.incremental.heads import HeadSystem
 from theory.incremental.later_stages import (
     APRIORI_RULE,
     SEQUENTIAL_RULE,
@@ -30,6 +30,7 @@ from theory.incremental.later_stages import (
     covers,
     mixed_stage_point,
 )
+from theory.incremental.setting import METRICS
 from theory.incremental.splitting import characteristic_polynomial
 from theory.incremental.splitting import z as splitting_z
 from theory.incremental.stages import (

@@ -62,7 +62,8 @@ from simulate.incremental.training_stages import TIME_MAP_RULE, duration_ratio
 from simulate.measure.stages import measured_plateaus
 from simulate.runner import RunOutput
 from simulate.store import load, read_summary
-from theory.incremental.heads import METRICS, head_system
+from theory.incremental.heads import head_system
+from theory.incremental.setting import METRICS
 
 CAVEAT = (
     "AdamW: no exact time map to the reduced flow; orders, plateau levels and ratios of stage "

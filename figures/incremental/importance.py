@@ -25,7 +25,7 @@ from figures.incremental.init_scale import SweepConfig, draw_sweep, run_row, tra
 from simulate.incremental.markov_training import LADDER_RULE, MarkovTrainConfig
 from simulate.incremental.training_stages import STAGE1_RULE, stage1_step
 from simulate.measure.fits import loglog_slope
-from theory.incremental.heads import check_ratio
+from theory.incremental.setting import check_ratio
 from theory.validation import require
 
 ANCHOR_M = 1.7

@@ -31,7 +31,7 @@ from simulate.measure.fits import linear_slope
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time
 from simulate.runner import Seeds
 from simulate.side_by_side import run_side_by_side
-from theory.incremental.heads import METRICS, HeadSetting, ratio_range
+from theory.incremental.heads import HeadSetting
 from theory.incremental.later_stages import (
     APRIORI_RULE,
     OWN_START_RULE,
@@ -40,6 +40,7 @@ from theory.incremental.later_stages import (
     own_start_stage_times,
     sequential_run_times,
 )
+from theory.incremental.setting import METRICS, ratio_range
 from theory.incremental.stages import asymptotic_sqrt_slope, predict_stages
 from theory.validation import require
 

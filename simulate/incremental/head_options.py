@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from theory.incremental.heads import HeadSetting
+from theory.incremental.setting import HeadSetting
 from theory.validation import require
 
 PAPER_S_NOISE = 1e-6

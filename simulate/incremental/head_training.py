@@ -23,14 +23,11 @@ import xarray as xr
 
 from simulate.derived_store import on_disk
 from simulate.incremental.head_field import logit_field, loss
-from simulate.incremental.head_ode import plateau_levels
 from simulate.incremental.head_options import HeadSystemOptions
-from simulate.incremental.lumped_escape import lumped_escape_time
 from simulate.measure.stages import RULE, STAGE1_EVENT, lead_mass_time, stage_times
 from simulate.runner import RunOptions, RunOutput, run_experiment
 from simulate.train import Problem, TrainResult
-from theory.incremental.heads import HeadSetting, head_system
-from theory.incremental.stages import predict_stages
+from theory.incremental.setting import HeadSetting
 from theory.validation import require
 
 NAME = "heads-gd"
@@ -109,6 +106,10 @@ def optimizer(cfg: HeadTrainConfig) -> optax.GradientTransformation:
 def derived_plateaus(setting: HeadSetting) -> tuple[list[float], int]:
     """The derived plateau levels and the lead block of ``setting`` (sympy: computed once per
     setting and machine, since every run and sweep point of a setting summarises with them)."""
+    # imported here: sympy and diffrax take about a second to load, which a stored result spares
+    from simulate.incremental.head_ode import plateau_levels
+    from theory.incremental.heads import head_system
+
     return plateau_levels(setting), head_system(setting).ladder()[0]
 
 
@@ -117,6 +118,10 @@ def derived_plateaus(setting: HeadSetting) -> tuple[list[float], int]:
 def predicted_times(setting: HeadSetting, noise: float) -> tuple[float | None, ...]:
     """Predicted stage times (ODE time; None where not derived), once per setting, noise and
     machine."""
+    # imported here, as in derived_plateaus (and scipy's integrators too)
+    from simulate.incremental.lumped_escape import lumped_escape_time
+    from theory.incremental.stages import predict_stages
+
     lead = derived_plateaus(setting)[1]
     preds = predict_stages(setting, noise, t1=lumped_escape_time(setting, lead))
     return tuple(p.time for p in preds)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from simulate.one_matrix import one_matrix_at_a_time
-from theory.incremental.heads import TARGET_RANGE, check_ratio
+from theory.incremental.setting import TARGET_RANGE, check_ratio
 from theory.validation import require
 
 

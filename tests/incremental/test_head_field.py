@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from simulate.incremental.head_field import entry_losses, logit_field, loss, residual, vs_field
 from simulate.incremental.head_ode import solve
-from theory.incremental.heads import METRIC_POWER, METRICS, HeadSetting, HeadSystem, field_jacobian
+from theory.incremental.heads import METRIC_POWER, HeadSetting, HeadSystem, field_jacobian
+from theory.incremental.setting import METRICS
 
 SETTINGS = settings(max_examples=15, deadline=None)
 SHAPE = HeadSetting(heads=2, blocks=(1, 2), window=5)

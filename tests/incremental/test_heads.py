@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from theory.gradient_flow import FixedPointKind, GradientFlow, classify_spectrum
 from theory.incremental.heads import (
     METRIC_POWER,
-    METRICS,
     HeadSetting,
     HeadSystem,
     field_jacobian,
     head_system,
     tangent_basis,
 )
+from theory.incremental.setting import METRICS
 from theory.validation import ConfigError
 
 SETTINGS = settings(max_examples=15, deadline=None)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simulate.incremental.head_ode import initial_logits, plateau_levels, solve
 from simulate.incremental.lumped_escape import lumped_escape_time
-from theory.incremental.heads import METRIC_POWER, METRICS, HeadSetting, HeadSystem
+from theory.incremental.heads import METRIC_POWER, HeadSetting, HeadSystem
 from theory.incremental.later_stages import (
     apriori_stage_times,
     carried_vertex_times,
@@ -20,6 +20,7 @@ from theory.incremental.later_stages import (
     sequential_run_times,
     weighted_flow,
 )
+from theory.incremental.setting import METRICS
 from theory.incremental.stages import predict_stages
 from theory.validation import ConfigError
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import quad
 
-from theory.incremental.heads import METRIC_POWER, METRICS, HeadSetting
+from theory.incremental.heads import METRIC_POWER, HeadSetting
+from theory.incremental.setting import METRICS
 from theory.incremental.stages import (
     H_sym,
     T_sym,
