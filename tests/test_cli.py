@@ -245,20 +245,25 @@ def test_a_command_line_builds_only_the_command_it_names():
     assert seen["--help"][0] == ["compare", "derive", "figure", "run", "stagewise", "sweep"]
     assert "figures.incremental.ode" in seen["--help"][1]
 
-    # `figure ID` imports ID's own module and no other wing's (nor the derivations), and
-    # `run NAME` NAME's module and no other experiment's
+    # `figure ID` imports ID's own module and no other wing's (nor the derivations), `run NAME`
+    # NAME's module and no other experiment's, and heads-gd's module no sympy, scipy or diffrax
+    # (its summary imports them only to compute a prediction the derived store lacks)
     code = (
-        "import json, sys; from figures.cli import _named; "
+        "import json, sys; import simulate.incremental.head_training; "
+        "heavy = ('sympy', 'scipy.integrate', 'diffrax'); "
+        "print(json.dumps([m for m in heavy if m in sys.modules])); "
+        "from figures.cli import _named; "
         "assert _named(['figure', 'focus-dilution-stages'], {}) is not None; "
         "assert _named(['run', 'clustering-head'], {}) is not None; "
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('figures.', "
         "'simulate.')))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    imported = json.loads(out.stdout)
+    heavy, imported = (json.loads(line) for line in out.stdout.splitlines())
+    assert heavy == []
     assert {"figures.focus_dilution.stages", "simulate.clustering_head.training"} <= set(imported)
     assert "figures.focus_dilution.timing" not in imported
     others = ("incremental", "clustering_head", "emergence", "mean_field", "derive")
     assert not [m for m in imported if m.startswith("figures.") and m.split(".")[1] in others]
     trainers = [m for m in imported if m.startswith("simulate.") and m.endswith("training")]
-    assert trainers == ["simulate.clustering_head.training"]
+    assert trainers == ["simulate.clustering_head.training", "simulate.incremental.head_training"]
