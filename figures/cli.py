@@ -5,9 +5,9 @@ Every command and every figure, comparison, experiment and derivation is a tyro 
 from the registries (``figures.registry``, ``simulate.experiments``, ``figures.derive``), so each
 answers ``--help``. A command line that names its figure, comparison or experiment right after the
 command (``figure ID ...``, ``run NAME ...``) is parsed by that subcommand alone, and only its
-module is imported (``_named``). Bad input ends in one line on stderr and exit code 2: parse errors through
-tyro's parse-error hook, configuration errors (``theory.validation.ConfigError``) raised by the
-configs' validation before anything is compiled.
+module is imported (``_named``). Bad input ends in one line on stderr and exit code 2: parse
+errors through tyro's parse-error hook, configuration errors (``theory.validation.ConfigError``)
+raised by the configs' validation before anything is compiled.
 """
 
 from __future__ import annotations
