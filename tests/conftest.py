@@ -1,8 +1,8 @@
 """Process settings of the test suite, made here rather than by importing a package
 (ARCHITECTURE §4): float64 for theory checks and ODEs, strict dtype promotion (as diffrax's
 tests do: an implicit mix of dtypes is an error, not a silent up- or down-cast), a
-non-interactive matplotlib, one JAX CPU device per process, XLA's older CPU loop emitter (it
-compiles faster), the unrolled Threefry lowering every entry point uses
+non-interactive matplotlib, one JAX CPU device per process, XLA flags that shorten compiles
+(``tests/xla_flags.py``), the unrolled Threefry lowering every entry point uses
 (``simulate.runtime.configure``), and a compilation cache of the session's own."""
 
 import atexit
@@ -14,6 +14,7 @@ import jax
 import matplotlib
 
 from simulate.runtime import use_float64, use_unrolled_threefry
+from tests.xla_flags import suite_flags
 
 # pytest-xdist already runs one process per core: a device per core in each would oversubscribe
 # them, and which test first configures JAX in a worker would decide its device count (the
@@ -32,17 +33,15 @@ use_unrolled_threefry()
 if "STAGEWISE_CACHE_DIR" not in os.environ:
     os.environ["STAGEWISE_CACHE_DIR"] = tempfile.mkdtemp(prefix="stagewise-tests-jax-")
     atexit.register(shutil.rmtree, os.environ["STAGEWISE_CACHE_DIR"], ignore_errors=True)
-# XLA's CPU fusion emitters take half of the compile time of most of this suite's programs, and
-# compile was 41% of its in-test time (3911 programs); without them XLA's older loop emitter
-# builds the same fusions. The whole suite on 2 cores: 640 and 684 s against 836 s (programs
-# heavy in Threefry bits compile slower so, 6.0 against 1.4 s for the cellular-automaton sampler,
-# and that is in the total). Tests check behaviour, not codegen: float32 results move by about
-# 1e-5 relative; the CLI and `python -m benchmarks` keep XLA's default for users, and this
-# suite's subprocesses inherit the flag.
-if "--xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false"
-    )
+# Compile was 41% of the suite's in-test time (3911 programs), and XLA's backend most of it. Two
+# flags halve it (tests/xla_flags.py). Without XLA's CPU fusion emitters its older loop emitter
+# builds the same fusions: the suite on 2 cores took 640 and 684 s against 836 s (programs heavy
+# in Threefry bits compile slower so, 6.0 against 1.4 s for the cellular-automaton sampler, and
+# that is in the total). LLVM at -O0 then took it from 556 to 465 s (user CPU 923 against 731 s).
+# Tests check behaviour, not codegen: float32 results move by about 1e-5 relative, and the two
+# checks that hold a float32 mean to 1e-6 run the optimised code in a subprocess; the CLI and
+# `python -m benchmarks` keep XLA's defaults for users. The suite's subprocesses inherit the flags.
+os.environ["XLA_FLAGS"] = suite_flags(os.environ.get("XLA_FLAGS", ""))
 jax.config.update("jax_compilation_cache_dir", os.environ["STAGEWISE_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 jax.config.update("jax_numpy_dtype_promotion", "strict")

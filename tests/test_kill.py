@@ -24,8 +24,10 @@ def ctx(tmp_path_factory):
     saved = os.environ["STAGEWISE_CACHE_DIR"]
     os.environ["STAGEWISE_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-cache"))
     context = multiprocessing.get_context("forkserver")
-    # zarr too: xarray imports it at a run's first write, 0.3 s of a 1.1 s run
-    context.set_forkserver_preload(["tests.kill_driver", "zarr"])
+    # zarr too: xarray imports it at a run's first write, 0.3 s of a 1.1 s run; and scipy.linalg,
+    # which JAX imports for its LAPACK kernels when a run first calls a stored (exported)
+    # program: 0.27 s of a 1.3 s run, and this test alone 74 -> 61 s
+    context.set_forkserver_preload(["tests.kill_driver", "zarr", "scipy.linalg"])
     yield context
     os.environ["STAGEWISE_CACHE_DIR"] = saved
 

@@ -13,7 +13,10 @@ import pytest
 from figures.cli import main
 from simulate.store import load, read_summary
 
-ARGS = ["--steps", "60000", "--chunk", "2000", "--log-every", "200", "--seeds", "2", "--quiet"]
+# 10 chunks of 2000 steps, about 0.3 s each here: a signal sent once the first checkpoint is
+# written lands seconds before the run would end
+STEPS = 20000
+ARGS = ["--steps", str(STEPS), "--chunk", "2000", "--log-every", "200", "--seeds", "2", "--quiet"]
 
 
 def _cli(args, env, **kw):
@@ -68,8 +71,8 @@ def test_interrupted_run_is_readable_and_resumes_to_the_uninterrupted_values(
     summary = read_summary(cut)
     assert summary["status"] == "interrupted"
     steps = partial["step"].values
-    assert 0 < steps[-1] < 60000 and steps[-1] == summary["steps_logged"]
-    assert config["config"]["steps"] == 60000
+    assert 0 < steps[-1] < STEPS and steps[-1] == summary["steps_logged"]
+    assert config["config"]["steps"] == STEPS
 
     resumed = _cli(["run", "heads-gd", "--resume", str(cut), "--quiet"], env)
     assert resumed.wait(timeout=300) == 0
