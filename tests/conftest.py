@@ -16,8 +16,8 @@ import matplotlib
 from simulate.runtime import use_float64, use_unrolled_threefry
 from tests.xla_flags import suite_flags
 
-# pytest-xdist already runs one process per core: a device per core in each would oversubscribe
-# them, and which test first configures JAX in a worker would decide its device count (the
+# pytest-xdist already runs a process per core or more: a device per core in each would swamp
+# the cores, and which test first configures JAX in a worker would decide its device count (the
 # CLI's configure() only sets it before JAX runs); tests of the sharded path set it themselves
 os.environ.setdefault("STAGEWISE_CPU_DEVICES", "1")
 use_float64()
