@@ -33,11 +33,13 @@ use_unrolled_threefry()
 if "STAGEWISE_CACHE_DIR" not in os.environ:
     os.environ["STAGEWISE_CACHE_DIR"] = tempfile.mkdtemp(prefix="stagewise-tests-jax-")
     atexit.register(shutil.rmtree, os.environ["STAGEWISE_CACHE_DIR"], ignore_errors=True)
-# Compile was 41% of the suite's in-test time (3911 programs), and XLA's backend most of it. Two
-# flags halve it (tests/xla_flags.py). Without XLA's CPU fusion emitters its older loop emitter
-# builds the same fusions: the suite on 2 cores took 640 and 684 s against 836 s (programs heavy
-# in Threefry bits compile slower so, 6.0 against 1.4 s for the cellular-automaton sampler, and
-# that is in the total). LLVM at -O0 then took it from 556 to 465 s (user CPU 923 against 731 s).
+# Compile was 41% of the suite's in-test time (3911 programs), and XLA's backend most of it.
+# Two flags each about halve it (tests/xla_flags.py). Without XLA's CPU fusion emitters its
+# older loop emitter builds the same fusions: the suite on 2 cores took 640 and 684 s against
+# 836 s (programs heavy in Threefry bits compile slower so, 6.0 against 1.4 s for the
+# cellular-automaton sampler, and that is in the total). LLVM at -O0 then took it from 556 to
+# 465 s (user CPU 923 against 731 s) with every test in-process (README, "The suite compiles
+# with LLVM at -O0").
 # Tests check behaviour, not codegen: float32 results move by about 1e-5 relative, and the two
 # checks that hold a float32 mean to 1e-6 run the optimised code in a subprocess; the CLI and
 # `python -m benchmarks` keep XLA's defaults for users. The suite's subprocesses inherit the flags.
