@@ -55,9 +55,9 @@ def _output(tmp_path) -> RunOutput:
 
 def _run_optimised(cfg: MarkovTrainConfig, out: Path) -> Path:
     """``stagewise run markov`` of ``cfg`` in a process that compiles with LLVM's optimisation on,
-    as users' runs do: the checks of a uniform start hold the float32 mean of the validation loss
-    to 1e-6 (ln d), which the suite's unoptimised code misses by summing in sequence
-    (``tests/xla_flags.py``)."""
+    as users' runs do (the suite's other XLA flag stays): the checks of a uniform start hold the
+    float32 mean of the validation loss to 1e-6 (ln d), which the suite's unoptimised code misses
+    by summing in sequence (``tests/xla_flags.py``)."""
     default = MarkovTrainConfig()
     args = []
     for f in fields(cfg):
