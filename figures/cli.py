@@ -223,7 +223,9 @@ def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None
     ``only``: the command line's first word; when it names a command, the tree holds that
     command alone with its subcommands, so that ``stagewise run`` imports no figure module and
     ``stagewise figure`` no derivation (a command line that names one command never reaches
-    another); ``choices`` still names every command at the top level."""
+    another); "" (a line of options alone, ``stagewise --help``) keeps every command but none of
+    their subcommands, which such a line never reaches either; ``choices`` still names every
+    command at the top level."""
     actions: dict[type, Callable[[Any], int]] = {}
 
     def choices(made: Iterable[tuple[Any, Callable[[Any], int]]]) -> list[Any]:
@@ -280,6 +282,10 @@ def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None
     for name, description, build in groups:
         if only in names["stagewise"] and only != name:
             continue
+        if only == "":
+            bare = make_dataclass(name, [], frozen=True)
+            top.append(Annotated[bare, tyro.conf.subcommand(name, description=description)])
+            continue
         group = build()
         names[name] = [c.__origin__.command_name for c in group]
         command = _group(name, description, group)
@@ -299,13 +305,12 @@ def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None
 
 def _list() -> int:
     from figures.derive import SYSTEMS
-    from figures.registry import all_figures, comparisons
+    from figures.registry import listed
     from simulate.experiments import EXPERIMENTS
 
-    for fig in all_figures().values():
-        print(f"figure     {fig.id:36s} {fig.paper:16s} {fig.description}")
-    for fig in comparisons().values():
-        print(f"compare    {fig.command_name:36s} {fig.paper:16s} {fig.description}")
+    for kind, word in (("figure", "figure"), ("comparison", "compare")):
+        for fig in (f for f in listed() if f.kind == kind):
+            print(f"{word:10s} {fig.command_name:36s} {fig.paper:16s} {fig.description}")
     for exp in EXPERIMENTS.entries.values():
         print(f"experiment {exp.name:36s} {'':16s} {exp.description}")
     for system in SYSTEMS.values():
@@ -479,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser, action = named
             return action(_parse(parser, argv[2:], f"stagewise {argv[0]} {argv[1]}", {}, argv))
         words = [a for a in argv if not a.startswith("-")]
-        cli = commands(run_defaults, words[0] if words else None)
+        cli = commands(run_defaults, words[0] if words else "")
         command = _parse(cli.parser, argv, "stagewise", cli.choices, argv)
         return cli.actions[type(command)](command)
     except ConfigError as err:

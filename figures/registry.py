@@ -3,17 +3,23 @@ collected from the ``FIGURE`` each module of a paper wing declares (``figures.co
 
 A figure's module follows from its id (``find``): ``<wing>-<name>`` is declared by
 ``figures.<wing>.<name>`` and the comparison ``compare-<wing>`` by ``figures.<wing>.compare``
-(dashes for underscores), so one figure is found by importing its own module alone."""
+(dashes for underscores), so one figure is found by importing its own module alone. ``stagewise
+list`` reads every figure's id, paper and description from the modules' source (``listed``) and
+imports none of them."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import pkgutil
+from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
-from figures.core.figure import Figure
+if TYPE_CHECKING:
+    from figures.core.figure import Figure
 
 WINGS = ("incremental", "focus_dilution", "clustering_head", "emergence", "mean_field")
 """the paper wings of ``figures``, in the order ``stagewise list`` shows them."""
@@ -22,6 +28,8 @@ WINGS = ("incremental", "focus_dilution", "clustering_head", "emergence", "mean_
 @cache
 def declared() -> tuple[Figure, ...]:
     """Every ``FIGURE`` declared by a module of a paper wing, wing by wing, in module order."""
+    from figures.core.figure import Figure  # matplotlib's figure module: not for listed()
+
     found = []
     for wing in WINGS:
         package = importlib.import_module(f"figures.{wing}")
@@ -30,6 +38,73 @@ def declared() -> tuple[Figure, ...]:
             figure = getattr(module, "FIGURE", None)
             if isinstance(figure, Figure):
                 found.append(figure)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A figure as ``stagewise list`` shows it: the literal id, paper, description and kind of
+    its module's ``FIGURE = Figure(...)``."""
+
+    id: str
+    paper: str
+    description: str
+    kind: str = "figure"
+
+    @property
+    def command_name(self) -> str:
+        return self.id.removeprefix("compare-") if self.kind == "comparison" else self.id
+
+
+LISTED_FIELDS = ("id", "paper", "description")
+"""``Figure``'s first fields, which its declarations give as literal strings."""
+
+
+def _listed_in(path: Path) -> Listed | None:
+    """The ``FIGURE = Figure(...)`` assignment of the module at ``path``, read from its source;
+    None when it declares none. Its id, paper, description and kind are literal strings or
+    module-level names bound to one (``FIGURE_ID``); any other declaration is an error, not a
+    figure left out of the list."""
+    literals: dict[str, object] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        if not isinstance(target, ast.Name):
+            continue
+        if isinstance(value, ast.Constant):
+            literals[target.id] = value.value
+        if target.id != "FIGURE" or not isinstance(value, ast.Call):
+            continue
+        given = dict(zip(LISTED_FIELDS, value.args))
+        given |= {k.arg: k.value for k in value.keywords if k.arg in (*LISTED_FIELDS, "kind")}
+        values: dict[str, str] = {}
+        for field, arg in given.items():
+            text = arg.value if isinstance(arg, ast.Constant) else None
+            text = literals.get(arg.id) if isinstance(arg, ast.Name) else text
+            if not isinstance(text, str):
+                raise TypeError(f"{path}: FIGURE's {', '.join(given)} must be literal strings")
+            values[field] = text
+        return Listed(**values)
+    return None
+
+
+@cache
+def listed() -> tuple[Listed, ...]:
+    """What ``declared`` holds, in its order, read from the modules' source without importing
+    them (every figure module imports its wing's simulations: 2-3 s for all of them)."""
+    found = []
+    for wing in WINGS:
+        spec = importlib.util.find_spec(f"figures.{wing}")
+        assert spec is not None and spec.submodule_search_locations is not None
+        for folder in map(Path, spec.submodule_search_locations):
+            for info in pkgutil.iter_modules([str(folder)]):
+                source = (
+                    folder / info.name / "__init__.py" if info.ispkg else folder / f"{info.name}.py"
+                )
+                entry = _listed_in(source)
+                if entry is not None:
+                    found.append(entry)
     return tuple(found)
 
 
@@ -67,6 +142,8 @@ def find(kind: Literal["figure", "comparison"], name: str) -> Figure | None:
     module = module_of(figure_id)
     if module is None:
         return None
+    from figures.core.figure import Figure
+
     figure = getattr(importlib.import_module(module), "FIGURE", None)
     if isinstance(figure, Figure) and figure.id == figure_id and figure.kind == kind:
         return figure

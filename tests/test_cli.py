@@ -172,6 +172,42 @@ def test_each_experiment_is_the_one_its_module_defines():
         EXPERIMENTS["nonexistent"]
 
 
+def test_the_list_read_from_source_is_what_the_modules_declare():
+    """``stagewise list`` reads the figures from their modules' source (``listed``): the same
+    ids, papers, descriptions and kinds, in the same order, as importing them gives."""
+    from figures.registry import declared, listed
+
+    fields = ("id", "paper", "description", "kind")
+    assert [tuple(getattr(f, k) for k in fields) for f in listed()] == [
+        tuple(getattr(f, k) for k in fields) for f in declared()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("declaration", "listed"),
+    [
+        ('FIGURE_ID = "w-a"\nFIGURE = Figure(FIGURE_ID, "w", "d", C, f, kind="comparison")', True),
+        ('FIGURE = Figure(id="w-a", paper="w", description="d " "e", config=C)', True),
+        ('FIGURE = Figure("w-" + NAME, "w", "d", C)', False),
+        ('FIGURE = Figure(FIGURE_ID, "w", "d", C)', False),  # a name bound to no literal
+        ('FIGURE = Figure("w-a", "w", DESCRIPTION, C)\nDESCRIPTION = "d"', False),
+    ],
+)
+def test_a_figure_declared_by_anything_but_literals_is_an_error(tmp_path, declaration, listed):
+    from figures.registry import Listed, _listed_in
+
+    path = tmp_path / "module.py"
+    path.write_text(f"import x\n{declaration}\n")
+    if listed:
+        kind = "comparison" if "comparison" in declaration else "figure"
+        assert _listed_in(path) == Listed("w-a", "w", "d" if kind == "comparison" else "d e", kind)
+    else:
+        with pytest.raises(TypeError, match="must be literal strings"):
+            _listed_in(path)
+    path.write_text("FIGURE_ID = 'w-a'\n")
+    assert _listed_in(path) is None
+
+
 def test_every_figure_is_found_by_its_id_and_nothing_else_is():
     from figures.registry import declared, find
 
@@ -220,19 +256,24 @@ def test_a_named_subcommand_parses_as_in_the_command_tree(argv, monkeypatch):
 
 def test_a_command_line_builds_only_the_command_it_names():
     """``stagewise run`` imports no figure module and ``stagewise derive`` no experiment (each
-    costs seconds of imports at every start), while the top level still names every command."""
+    costs seconds of imports at every start), ``stagewise --help`` and ``list`` neither, while the
+    top level still names every command."""
     import json
     import subprocess
     import sys
 
+    # with a line of options alone, `stagewise list` runs in the same interpreter
     code = (
-        "import json, sys; from figures.cli import commands; cli = commands(None, sys.argv[1]); "
+        "import contextlib, io, json, sys; from figures.cli import commands, main; "
+        "cli = commands(None, sys.argv[1])\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    sys.argv[1] or main(['list'])\n"
         "print(json.dumps(sorted(cli.choices))); "
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('figures.incremental.', "
-        "'simulate.clustering_head.training', 'figures.derive')))))"
+        "'simulate.clustering_head.training', 'figures.derive_', 'sympy')))))"
     )
     seen = {}
-    for word in ("run", "derive", "--help"):
+    for word in ("run", "derive", ""):
         out = subprocess.run(
             [sys.executable, "-c", code, word], capture_output=True, text=True, check=True
         ).stdout.splitlines()
@@ -242,8 +283,9 @@ def test_a_command_line_builds_only_the_command_it_names():
     assert not any(m.startswith(("figures.incremental.", "figures.derive")) for m in seen["run"][1])
     assert seen["derive"][0] == ["derive", "stagewise"]
     assert "simulate.clustering_head.training" not in seen["derive"][1]
-    assert seen["--help"][0] == ["compare", "derive", "figure", "run", "stagewise", "sweep"]
-    assert "figures.incremental.ode" in seen["--help"][1]
+    assert "figures.derive_incremental" in seen["derive"][1]
+    # a line of options alone (``stagewise --help``) and `stagewise list`: none of the modules
+    assert seen[""] == (["stagewise"], [])
 
     # `figure ID` imports ID's own module and no other wing's (nor the derivations), `run NAME`
     # NAME's module and no other experiment's, and heads-gd's module no sympy, scipy or diffrax
