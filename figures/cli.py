@@ -216,6 +216,12 @@ def _sweep_command(experiment) -> tuple[Any, Callable[[Any], int]]:
     return choice, lambda cmd: _sweep(experiment, cmd.experiment, cmd.options)
 
 
+def _derive_command(system) -> tuple[Any, Callable[[Any], int]]:
+    """``derive NAME``: the derivation's options, and what prints it."""
+    choice = _choice(system.name, system.description, [("config", system.config, system.config())])
+    return choice, lambda cmd: _derive(system, cmd.config)
+
+
 def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None) -> Commands:
     """The command tree, built from the registries: figures, comparisons, experiments (run and
     sweep) and derivations, each a subcommand with its config's options. ``run_defaults``: the
@@ -259,13 +265,7 @@ def commands(run_defaults: dict[str, Any] | None = None, only: str | None = None
     def derives() -> list[Any]:
         from figures.derive import SYSTEMS
 
-        return choices(
-            (
-                _choice(s.name, s.description, [("config", s.config, s.config())]),
-                lambda cmd, s=s: _derive(s, cmd.config),
-            )
-            for s in SYSTEMS.values()
-        )
+        return choices(_derive_command(s) for s in SYSTEMS.values())
 
     groups = [
         ("figure", "reproduce one figure (PNG + PDF + summary.json in OUT/<id>/)", figures),
@@ -438,10 +438,10 @@ FIGURE_COMMANDS: dict[str, Literal["figure", "comparison"]] = {
 def _named(
     argv: list[str], run_defaults: dict[str, Any]
 ) -> tuple[Any, Callable[[Any], int]] | None:
-    """For ``figure ID``, ``compare NAME``, ``run NAME`` or ``sweep NAME`` followed by options:
-    that one subcommand and what runs it, with only its own module imported (the command tree
-    imports every figure module, about 2 s, or every experiment's, 1.3-1.8 s); None for any
-    other command line, which the tree parses."""
+    """For ``figure ID``, ``compare NAME``, ``run NAME``, ``sweep NAME`` or ``derive NAME``
+    followed by options: that one subcommand and what runs it, with only its own module imported
+    (the command tree imports every figure module, about 2 s, every experiment's, 1.3-1.8 s, or
+    every derivation's); None for any other command line, which the tree parses."""
     if len(argv) < 2:
         return None
     command, name = argv[0], argv[1]
@@ -459,6 +459,10 @@ def _named(
         if command == "run":
             return _run_command(experiment, run_defaults.get(name))
         return _sweep_command(experiment)
+    if command == "derive":
+        from figures.derive import SYSTEMS
+
+        return _derive_command(SYSTEMS[name]) if name in SYSTEMS else None
     return None
 
 

@@ -237,15 +237,17 @@ def test_every_figure_is_found_by_its_id_and_nothing_else_is():
         ["run", "clustering-head", "--seeds", "2", "--out", "o", "--quiet"],
         ["run", "heads-gd", "--lr", "0.5", "--no-store"],
         ["sweep", "emergence", "--grid", "seed=0,1", "--workers", "1"],
+        ["derive", "focus-dilution", "--latex"],
     ],
 )
 def test_a_named_subcommand_parses_as_in_the_command_tree(argv, monkeypatch):
-    """``figure ID``, ``compare NAME``, ``run NAME`` and ``sweep NAME`` are parsed with that
-    subcommand alone (``figures.cli._named``): the same config as the whole command tree gives."""
+    """``figure ID``, ``compare NAME``, ``run NAME``, ``sweep NAME`` and ``derive NAME`` are
+    parsed with that subcommand alone (``figures.cli._named``): the same config as the whole
+    command tree gives."""
     import figures.cli
 
     seen = []
-    for action in ("_figure", "_run", "_sweep"):
+    for action in ("_figure", "_run", "_sweep", "_derive"):
         monkeypatch.setattr(figures.cli, action, lambda *args: seen.append(args))
     assert main(argv) is None
     monkeypatch.setattr(figures.cli, "_named", lambda argv, defaults: None)
@@ -287,9 +289,10 @@ def test_a_command_line_builds_only_the_command_it_names():
     # a line of options alone (``stagewise --help``) and `stagewise list`: none of the modules
     assert seen[""] == (["stagewise"], [])
 
-    # `figure ID` imports ID's own module and no other wing's (nor the derivations), `run NAME`
-    # NAME's module and no other experiment's, and heads-gd's module no sympy, scipy or diffrax
-    # (its summary imports them only to compute a prediction the derived store lacks)
+    # `figure ID` imports ID's own module and no other wing's, `run NAME` NAME's module and no
+    # other experiment's, `derive NAME` NAME's derivation and no other, and heads-gd's module no
+    # sympy, scipy or diffrax (its summary imports them only to compute a prediction the derived
+    # store lacks)
     code = (
         "import json, sys; import simulate.incremental.head_training; "
         "heavy = ('sympy', 'scipy.integrate', 'diffrax'); "
@@ -297,6 +300,7 @@ def test_a_command_line_builds_only_the_command_it_names():
         "from figures.cli import _named; "
         "assert _named(['figure', 'focus-dilution-stages'], {}) is not None; "
         "assert _named(['run', 'clustering-head'], {}) is not None; "
+        "assert _named(['derive', 'emergence'], {}) is not None; "
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('figures.', "
         "'simulate.')))))"
     )
@@ -305,7 +309,9 @@ def test_a_command_line_builds_only_the_command_it_names():
     assert heavy == []
     assert {"figures.focus_dilution.stages", "simulate.clustering_head.training"} <= set(imported)
     assert "figures.focus_dilution.timing" not in imported
-    others = ("incremental", "clustering_head", "emergence", "mean_field", "derive")
+    others = ("incremental", "clustering_head", "emergence", "mean_field")
     assert not [m for m in imported if m.startswith("figures.") and m.split(".")[1] in others]
+    derivations = [m for m in imported if m.startswith("figures.derive")]
+    assert derivations == ["figures.derive", "figures.derive_emergence"]
     trainers = [m for m in imported if m.startswith("simulate.") and m.endswith("training")]
     assert trainers == ["simulate.clustering_head.training", "simulate.incremental.head_training"]
