@@ -184,7 +184,7 @@ def test_the_list_read_from_source_is_what_the_modules_declare():
 
 
 @pytest.mark.parametrize(
-    ("declaration", "listed"),
+    ("declaration", "readable"),
     [
         ('FIGURE_ID = "w-a"\nFIGURE = Figure(FIGURE_ID, "w", "d", C, f, kind="comparison")', True),
         ('FIGURE = Figure(id="w-a", paper="w", description="d " "e", config=C)', True),
@@ -193,12 +193,12 @@ def test_the_list_read_from_source_is_what_the_modules_declare():
         ('FIGURE = Figure("w-a", "w", DESCRIPTION, C)\nDESCRIPTION = "d"', False),
     ],
 )
-def test_a_figure_declared_by_anything_but_literals_is_an_error(tmp_path, declaration, listed):
+def test_a_figure_declared_by_anything_but_literals_is_an_error(tmp_path, declaration, readable):
     from figures.registry import Listed, _listed_in
 
     path = tmp_path / "module.py"
     path.write_text(f"import x\n{declaration}\n")
-    if listed:
+    if readable:
         kind = "comparison" if "comparison" in declaration else "figure"
         assert _listed_in(path) == Listed("w-a", "w", "d" if kind == "comparison" else "d e", kind)
     else:
