@@ -18,6 +18,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from figures.core import naming
+
 if TYPE_CHECKING:
     from figures.core.figure import Figure
 
@@ -53,7 +55,7 @@ class Listed:
 
     @property
     def command_name(self) -> str:
-        return self.id.removeprefix("compare-") if self.kind == "comparison" else self.id
+        return naming.command_name(self.id, self.kind)
 
 
 LISTED_FIELDS = ("id", "paper", "description")
@@ -123,7 +125,7 @@ def module_of(figure_id: str) -> str | None:
     fits or the module does not exist."""
     for wing in WINGS:
         dashed = wing.replace("_", "-")
-        if figure_id == f"compare-{dashed}":
+        if figure_id == f"{naming.COMPARISON_PREFIX}{dashed}":
             leaf = "compare"
         elif figure_id.startswith(f"{dashed}-"):
             leaf = figure_id.removeprefix(f"{dashed}-").replace("-", "_")
@@ -138,13 +140,13 @@ def find(kind: Literal["figure", "comparison"], name: str) -> Figure | None:
     """``stagewise figure NAME`` (``kind`` figure) or ``stagewise compare NAME`` (comparison),
     importing only the module the naming rule gives; None when that module declares no such
     figure (``declared`` then has every figure, and a test keeps the two in step)."""
-    figure_id = f"compare-{name}" if kind == "comparison" else name
-    module = module_of(figure_id)
+    wanted = naming.figure_id(name, kind)
+    module = module_of(wanted)
     if module is None:
         return None
     from figures.core.figure import Figure
 
     figure = getattr(importlib.import_module(module), "FIGURE", None)
-    if isinstance(figure, Figure) and figure.id == figure_id and figure.kind == kind:
+    if isinstance(figure, Figure) and figure.id == wanted and figure.kind == kind:
         return figure
     return None

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import xarray as xr
 from matplotlib.figure import Figure as MplFigure
 
+from figures.core.naming import command_name
 from figures.core.options import FigureOptions
 from figures.core.output import figure_dir, load_figure_data, save_figure
 from figures.core.verdicts import Prediction, no_predictions, prediction_rows
@@ -56,8 +57,8 @@ class Figure:
 
     @property
     def command_name(self) -> str:
-        """The name on the command line: the id, or for a comparison the name after compare-."""
-        return self.id.removeprefix("compare-") if self.kind == "comparison" else self.id
+        """The name on the command line (``figures.core.naming``)."""
+        return command_name(self.id, self.kind)
 
     def run_dir(self, cfg: FigureOptions) -> Path:
         return figure_dir(cfg.out, self.id)
