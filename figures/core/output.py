@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
+from numpy.typing import ArrayLike
 
 from simulate.store import load, read_summary
 from theory.validation import require
@@ -43,6 +45,14 @@ def save_figure(out: Path, figure_id: str, fig) -> list[Path]:
     fig.savefig(paths[1], bbox_inches="tight")
     plt.close(fig)
     return paths
+
+
+def finite_mean(values: ArrayLike) -> float:
+    """Mean of the finite entries of ``values`` (seeds whose rule found nothing are nan); nan
+    where none is finite, without numpy's empty-slice warning on a report's table."""
+    x = np.asarray(values, float)
+    finite = x[np.isfinite(x)]
+    return float(finite.mean()) if finite.size else float("nan")
 
 
 def format_table(header: list[str], rows: list[list]) -> str:

@@ -21,7 +21,7 @@ import xarray as xr
 from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
-from figures.core.output import format_table
+from figures.core.output import finite_mean, format_table
 from figures.core.verdicts import Prediction
 from figures.focus_dilution.common import (
     RATE_RULE,
@@ -120,12 +120,12 @@ def report(summary: dict) -> str:
     on = np.asarray(summary["onsets_per_seed"], float)
     predicted = np.asarray(pred["onsets"], float)
     rows = [
-        [f"onset {s}", p, float(np.nanmean(on[:, k])), float(np.nanmean(on[:, k]) / p)]
+        [f"onset {s}", p, finite_mean(on[:, k]), finite_mean(on[:, k]) / p]
         for k, (s, p) in enumerate(zip(STAGES, predicted))
     ]
     rates = summary["rates_per_seed"]
     for name in ("sigma", "c", "mu_IV"):
-        meas = float(np.nanmean([float(r[name]) for r in rates]))
+        meas = finite_mean([float(r[name]) for r in rates])
         rows.append([f"rate {name}", pred[name], meas, meas / pred[name]])
     lev = np.asarray(summary["plateaus_per_seed"], float)
     for k, name in enumerate(("ln_d", "H_pi", "L_IV")):
@@ -133,8 +133,8 @@ def report(summary: dict) -> str:
             [
                 f"plateau {name}",
                 pred[name],
-                float(np.nanmean(lev[:, k])),
-                float(np.nanmean(lev[:, k]) / pred[name]),
+                finite_mean(lev[:, k]),
+                finite_mean(lev[:, k]) / pred[name],
             ]
         )
     g = float(np.mean(summary["g_measured_per_seed"]))

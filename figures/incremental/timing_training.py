@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from figures.core.output import format_table
+from figures.core.output import finite_mean, format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
 from simulate.incremental.adam_moments import TEACHER_RULE as STAGE_ONE_RULE
@@ -248,27 +248,27 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
             "q": qs[i],
             "m": ms[j],
             "stage": k + 1,
-            "measured_step": _nanmean(meas),
+            "measured_step": finite_mean(meas),
             "measured_per_seed": meas.tolist(),
-            "predicted_step": _nanmean(pred),
-            "predicted_over_measured": _nanmean(pred) / _nanmean(meas),
-            "calibrated_step": _nanmean(cal),
-            "calibrated_over_measured": _nanmean(cal) / _nanmean(meas),
-            "ode_time": _nanmean(ode_time[i, j, :, k]),
+            "predicted_step": finite_mean(pred),
+            "predicted_over_measured": finite_mean(pred) / finite_mean(meas),
+            "calibrated_step": finite_mean(cal),
+            "calibrated_over_measured": finite_mean(cal) / finite_mean(meas),
+            "ode_time": finite_mean(ode_time[i, j, :, k]),
         }
         if k == 0:
             em = stage_one[i, j]
             row.update(
                 {
-                    "expected_moments_step": _nanmean(em),
+                    "expected_moments_step": finite_mean(em),
                     "expected_moments_per_seed": em.tolist(),
-                    "expected_moments_over_measured": _nanmean(em) / _nanmean(meas),
+                    "expected_moments_over_measured": finite_mean(em) / finite_mean(meas),
                 }
             )
         else:
             # durations per seed, then the mean: t_k - t_{k-1} of the same run
-            dur_meas = _nanmean(meas - measured[i, j, :, k - 1])
-            dur_pred = _nanmean(pred - predicted[i, j, :, k - 1])
+            dur_meas = finite_mean(meas - measured[i, j, :, k - 1])
+            dur_pred = finite_mean(pred - predicted[i, j, :, k - 1])
             row.update(
                 {
                     "measured_duration_steps": dur_meas,
@@ -281,16 +281,17 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
         {
             "q": qs[i],
             "m": ms[j],
-            "measured_split": _nanmean(split[i, j, :, 0]),
+            "measured_split": finite_mean(split[i, j, :, 0]),
             "measured_per_seed": split[i, j, :, 0].tolist(),
-            "first_order_split": _nanmean(first[i, j, :, 0]),
+            "first_order_split": finite_mean(first[i, j, :, 0]),
             "first_order_per_seed": first[i, j, :, 0].tolist(),
-            "first_order_over_measured": _nanmean(first[i, j, :, 0]) / _nanmean(split[i, j, :, 0]),
-            "ode_split_time": _nanmean(ode_split[i, j, :, 0]),
-            "steps_per_ode_time": _nanmean(scale[i, j]),
-            "measured_apart": _nanmean(split[i, j, :, 1]),
-            "first_order_apart": _nanmean(first[i, j, :, 1]),
-            "ode_apart_time": _nanmean(ode_split[i, j, :, 1]),
+            "first_order_over_measured": finite_mean(first[i, j, :, 0])
+            / finite_mean(split[i, j, :, 0]),
+            "ode_split_time": finite_mean(ode_split[i, j, :, 0]),
+            "steps_per_ode_time": finite_mean(scale[i, j]),
+            "measured_apart": finite_mean(split[i, j, :, 1]),
+            "first_order_apart": finite_mean(first[i, j, :, 1]),
+            "ode_apart_time": finite_mean(ode_split[i, j, :, 1]),
         }
         for i, j in points
     ]
@@ -322,11 +323,6 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
         "ode_run_seconds": ode.run_seconds,
     }
     return data, summary
-
-
-def _nanmean(x) -> float:
-    x = np.asarray(x, float)
-    return float(np.mean(x[np.isfinite(x)])) if np.isfinite(x).any() else float("nan")
 
 
 TOLERANCE = 0.25

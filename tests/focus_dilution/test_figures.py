@@ -3,6 +3,7 @@ focus-dilution``: every figure id in --quick mode through the CLI (slow), the cl
 from its summary.json; bad input. (The statistics are tested in test_measure.py.)"""
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -31,6 +32,30 @@ def test_bad_input_fails_with_exit_code_two(tmp_path, capsys):
     assert main(["compare", "focus-dilution", "--seeds", "0"]) == 2
     err = capsys.readouterr().err
     assert "eps = 2.0" in err and "text = " in err and "deltas" in err
+
+
+def test_stages_report_reads_an_empty_rate_window_as_nan_without_a_warning():
+    """At the paper's eps the rate rule's window can be empty in every seed (paper setting,
+    2026-12-07); the report's table then marks it as missing, and numpy's empty-slice warning
+    stays out."""
+    from figures.focus_dilution.stages import report
+
+    nan = float("nan")
+    predicted = {"onsets": [1.0, 2.0, 3.0, 4.0], "g": 1.0}
+    predicted |= dict.fromkeys(("sigma", "c", "mu_IV", "ln_d", "H_pi", "L_IV"), 1.0)
+    summary = {
+        "predicted": predicted,
+        "onsets_per_seed": [[1.0, 2.0, 3.0, 4.0]] * 2,
+        "rates_per_seed": [{"sigma": 1.0, "c": "nan", "mu_IV": "nan"}] * 2,
+        "plateaus_per_seed": [[1.0, 1.0, nan]] * 2,
+        "g_measured_per_seed": [1.0, 1.0],
+        "setting": {"pi": [0.5, 0.5], "eps": 1e-3},
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = report(summary)
+    rate_c = next(line for line in text.splitlines() if "rate c" in line)
+    assert rate_c.split()[-2:] == ["-", "-"]  # the table's mark for nan
 
 
 # ---- every figure id, quick (slow) ----------------------------------------------------------
