@@ -1,7 +1,12 @@
 """Projected wall time of the paper-setting figures too long to run on this CPU: each of the
 figure's training runs at its paper setting (seeds, sizes, JAX CPU devices as the figure runs
 it) is timed for one logged chunk and projected to its full step budget; the figure's runs
-go one after the other, so their projections add. Beside it the arithmetic: XLA's FLOP count of
+go one after the other, so their projections add. (The incremental figures run their baselines
+and students side by side, one per core, where the probe gives a run both cores: the sum is the
+wall for runs that keep both cores busy, up to twice it for runs that keep one busy.) Their runs
+are timed for chunks of ``MARKOV_PROBE_STEPS`` steps at the run's own log rate, except the
+learned baselines, which log once per 100 steps and are probed logging once per chunk (the probe
+overstates their logging). Beside it the arithmetic: XLA's FLOP count of
 one seed's training step (``cost_analysis()``, forward, backward and optimizer) times the
 figure's seed-steps, and the time that work takes at the float32 matmul peak measured in the
 same run, the floor no CPU implementation can go below here. Not counted: data generation,
@@ -49,6 +54,45 @@ def emergence_runs(figure_id: str) -> list:
     return list(options().trainings().values())
 
 
+MARKOV_PROBE_STEPS = 10
+"""steps of an incremental run's probe chunk (the full transformer takes about 2.5 s a step at
+batch 3000 here)."""
+
+
+def incremental_full_runs() -> list:
+    """The paper-setting runs of incremental-full: its two learned baselines, then the student."""
+    from figures.incremental.full import FullConfig
+    from simulate.incremental.markov_training import baseline_configs, baseline_contexts
+
+    cfg = FullConfig()
+    student = cfg.training()
+    contexts = baseline_contexts(student.task())[:-1]
+    return [*baseline_configs(cfg.baseline_training(), contexts).values(), student]
+
+
+def dataset_size_runs() -> list:
+    """The paper-setting runs of incremental-dataset-size: its learned baselines, then one
+    student per training-set size and online."""
+    from figures.incremental.dataset_size import DatasetSizeConfig
+    from simulate.incremental.markov_training import baseline_configs
+
+    cfg = DatasetSizeConfig()
+    sizes = [*sorted(cfg.sizes), *([None] if cfg.online else [])]
+    return [
+        *baseline_configs(cfg.baseline_training()).values(),
+        *(cfg.student(n) for n in sizes),
+    ]
+
+
+def timing_training_runs() -> list:
+    """The paper-setting runs of incremental-timing's training half, one per (q, m), seeds
+    vmapped (its ODE half, tangents and expected-moment solves are not counted: minutes)."""
+    from figures.incremental.timing import TimingConfig
+
+    grid = TimingConfig().training_grid()
+    return [grid.config(q, m) for q in grid.q for m in grid.m]
+
+
 def ablation_runs() -> list:
     """The paper-setting runs of clustering-head-ablations (one per grid point)."""
     from figures.clustering_head.ablations import AblationsConfig, training
@@ -67,6 +111,9 @@ def ablation_runs() -> list:
 FIGURES: dict[str, Callable[[], list]] = {
     **{figure_id: partial(emergence_runs, figure_id) for figure_id in EMERGENCE},
     "clustering-head-ablations": ablation_runs,
+    "incremental-full": incremental_full_runs,
+    "incremental-dataset-size": dataset_size_runs,
+    "incremental-timing": timing_training_runs,
 }
 """figure id -> its paper-setting runs. ``emergence-sparsity`` runs its points side by side
 (about 1.2x faster than one after the other, README), so its sum overstates it."""
@@ -75,9 +122,12 @@ FIGURES: dict[str, Callable[[], list]] = {
 def _experiment(cfg):
     """(problem, optimizer) builders of the run's experiment."""
     from simulate.clustering_head.training import ClusteringSetting
+    from simulate.incremental.markov_training import MarkovTrainConfig
 
     if isinstance(cfg, ClusteringSetting):
         from simulate.clustering_head.training import optimizer, problem
+    elif isinstance(cfg, MarkovTrainConfig):
+        from simulate.incremental.markov_training import optimizer, problem
     else:
         from simulate.emergence.training import optimizer, problem
     return problem, optimizer
@@ -87,9 +137,14 @@ def probe(cfg, logs: int):
     """The run shortened to ``logs`` logged rows, one compiled chunk per row (the same step,
     logging and seeds as the paper run)."""
     from simulate.clustering_head.training import ClusteringSetting
+    from simulate.incremental.markov_training import MarkovTrainConfig
 
     if isinstance(cfg, ClusteringSetting):  # one logged row per epoch
         return dataclasses.replace(cfg, epochs=logs, epochs_per_chunk=1)
+    if isinstance(cfg, MarkovTrainConfig):  # chunks of MARKOV_PROBE_STEPS, the run's log rate
+        n = MARKOV_PROBE_STEPS
+        log_every = cfg.log_every if n % cfg.log_every == 0 else n
+        return dataclasses.replace(cfg, steps=logs * n, log_every=log_every, chunk=n)
     return dataclasses.replace(cfg, steps=logs * cfg.log_every, chunk=cfg.log_every)
 
 

@@ -137,6 +137,24 @@ def test_paper_projection_times_the_paper_run_shortened_and_scales_to_its_steps(
     assert 1.6 < ratio < 2.1
 
 
+def test_paper_projection_of_an_incremental_figure_probes_its_runs_at_their_own_step():
+    """incremental-full is its two learned baselines (4- and 8-gram: spans 4, 4, 4) and the
+    student the figure trains; a probe keeps a run's sizes and log rate and shortens it to chunks
+    of MARKOV_PROBE_STEPS, a baseline (one log per 100 steps) logs once per chunk."""
+    from benchmarks.paper import FIGURES, MARKOV_PROBE_STEPS, probe
+    from figures.incremental.full import FullConfig
+
+    *baselines, student = FIGURES["incremental-full"]()
+    assert student == FullConfig().training()
+    assert [b.context for b in baselines] == [4, 8] and all(b.model == "full" for b in baselines)
+    short = probe(student, 2)
+    same = ("model", "vocab", "train_size", "batch", "validation", "seeds", "log_every", "lr")
+    assert all(getattr(short, f) == getattr(student, f) for f in same)
+    assert (short.steps, short.chunk) == (2 * MARKOV_PROBE_STEPS, MARKOV_PROBE_STEPS)
+    assert baselines[0].log_every > MARKOV_PROBE_STEPS
+    assert probe(baselines[0], 1).log_every == MARKOV_PROBE_STEPS
+
+
 def test_paper_family_can_be_restricted_to_one_figure_and_rejects_unknown_ids(capsys):
     from benchmarks.__main__ import selection
 

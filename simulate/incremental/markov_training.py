@@ -740,18 +740,26 @@ def _matches(path: Path, cfg: MarkovTrainConfig) -> bool:
     return status == "complete" and all(stored.get(k) == v for k, v in mine.items())
 
 
+def baseline_configs(
+    cfg: MarkovTrainConfig, contexts: tuple[int, ...] | None = None
+) -> dict[int, MarkovTrainConfig]:
+    """The runs of the learned c-gram baselines of ``cfg``'s task by c (default c = c_1..c_h,
+    the last the full-window model): ``cfg``'s settings, one seed each."""
+    base: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
+    return {
+        c: MarkovTrainConfig(**{**base, "context": c, "baselines": (), "seeds": 1})
+        for c in contexts or baseline_contexts(cfg.task())
+    }
+
+
 def baseline_jobs(
     cfg: MarkovTrainConfig, out: Path, contexts: tuple[int, ...] | None = None, quiet: bool = False
 ) -> tuple[tuple[Path, ...], dict[Path, Callable[[], Path]]]:
-    """The run directories ``out/{c}-gram`` of the learned c-gram baselines of ``cfg``'s task
-    (default c = c_1..c_h, the last the full-window model; ``cfg``'s settings, one seed each) and
-    the training jobs of those not already complete there, by directory (a caller may run them
-    beside other work, ``simulate.side_by_side``, and start what needs one of them once it is
-    done)."""
-    base: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(MarkovTrainConfig)}
+    """The run directories ``out/{c}-gram`` of ``baseline_configs`` and the training jobs of
+    those not already complete there, by directory (a caller may run them beside other work,
+    ``simulate.side_by_side``, and start what needs one of them once it is done)."""
     dirs, jobs = [], {}
-    for c in contexts or baseline_contexts(cfg.task()):
-        bcfg = MarkovTrainConfig(**{**base, "context": c, "baselines": (), "seeds": 1})
+    for c, bcfg in baseline_configs(cfg, contexts).items():
         path = Path(out) / f"{c}-gram"
         if not _matches(path, bcfg):
             jobs[path] = partial(run, bcfg, RunOutput(out=path, quiet=quiet))
