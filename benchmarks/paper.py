@@ -93,6 +93,15 @@ def timing_training_runs() -> list:
     return [grid.config(q, m) for q in grid.q for m in grid.m]
 
 
+def mean_field_escape_runs() -> list:
+    """The paper-setting runs of mean-field-escape, one per (beta, tau), lambdas side by side
+    in each."""
+    from figures.mean_field.escape import EscapeConfig
+
+    cfg = EscapeConfig()
+    return [cfg.training(beta=beta, tau=tau) for beta, tau in cfg.cases()]
+
+
 def ablation_runs() -> list:
     """The paper-setting runs of clustering-head-ablations (one per grid point)."""
     from figures.clustering_head.ablations import AblationsConfig, training
@@ -114,6 +123,7 @@ FIGURES: dict[str, Callable[[], list]] = {
     "incremental-full": incremental_full_runs,
     "incremental-dataset-size": dataset_size_runs,
     "incremental-timing": timing_training_runs,
+    "mean-field-escape": mean_field_escape_runs,
 }
 """figure id -> its paper-setting runs. ``emergence-sparsity`` runs its points side by side
 (about 1.2x faster than one after the other, README), so its sum overstates it."""
@@ -123,11 +133,14 @@ def _experiment(cfg):
     """(problem, optimizer) builders of the run's experiment."""
     from simulate.clustering_head.training import ClusteringSetting
     from simulate.incremental.markov_training import MarkovTrainConfig
+    from simulate.mean_field.training import MeanFieldConfig
 
     if isinstance(cfg, ClusteringSetting):
         from simulate.clustering_head.training import optimizer, problem
     elif isinstance(cfg, MarkovTrainConfig):
         from simulate.incremental.markov_training import optimizer, problem
+    elif isinstance(cfg, MeanFieldConfig):
+        from simulate.mean_field.training import optimizer, problem
     else:
         from simulate.emergence.training import optimizer, problem
     return problem, optimizer
