@@ -38,7 +38,7 @@ def test_stages_report_reads_an_empty_rate_window_as_nan_without_a_warning():
     """At the paper's eps the rate rule's window can be empty in every seed (paper setting,
     2026-12-07); the report's table then marks it as missing, and numpy's empty-slice warning
     stays out."""
-    from figures.focus_dilution.stages import report
+    from figures.focus_dilution.stages import FIGURE
 
     nan = float("nan")
     predicted = {"onsets": [1.0, 2.0, 3.0, 4.0], "g": 1.0}
@@ -53,7 +53,7 @@ def test_stages_report_reads_an_empty_rate_window_as_nan_without_a_warning():
     }
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        text = report(summary)
+        text = FIGURE.report(summary)
     rate_c = next(line for line in text.splitlines() if "rate c" in line)
     assert rate_c.split()[-2:] == ["-", "-"]  # the table's mark for nan
 
