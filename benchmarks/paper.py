@@ -62,12 +62,11 @@ batch 3000 here)."""
 def incremental_full_runs() -> list:
     """The paper-setting runs of incremental-full: its two learned baselines, then the student."""
     from figures.incremental.full import FullConfig
-    from simulate.incremental.markov_training import baseline_configs, baseline_contexts
+    from simulate.incremental.markov_training import baseline_configs
 
     cfg = FullConfig()
-    student = cfg.training()
-    contexts = baseline_contexts(student.task())[:-1]
-    return [*baseline_configs(cfg.baseline_training(), contexts).values(), student]
+    baselines = baseline_configs(cfg.baseline_training(), cfg.learned_contexts())
+    return [*baselines.values(), cfg.training()]
 
 
 def dataset_size_runs() -> list:
@@ -77,10 +76,9 @@ def dataset_size_runs() -> list:
     from simulate.incremental.markov_training import baseline_configs
 
     cfg = DatasetSizeConfig()
-    sizes = [*sorted(cfg.sizes), *([None] if cfg.online else [])]
     return [
         *baseline_configs(cfg.baseline_training()).values(),
-        *(cfg.student(n) for n in sizes),
+        *(cfg.student(n) for n in cfg.trained_sizes()),
     ]
 
 
@@ -89,8 +87,7 @@ def timing_training_runs() -> list:
     vmapped (its ODE half, tangents and expected-moment solves are not counted: minutes)."""
     from figures.incremental.timing import TimingConfig
 
-    grid = TimingConfig().training_grid()
-    return [grid.config(q, m) for q in grid.q for m in grid.m]
+    return TimingConfig().training_grid().configs()
 
 
 def mean_field_escape_runs() -> list:

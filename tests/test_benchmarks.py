@@ -153,6 +153,14 @@ def test_paper_projection_of_an_incremental_figure_probes_its_runs_at_their_own_
     assert (short.steps, short.chunk) == (2 * MARKOV_PROBE_STEPS, MARKOV_PROBE_STEPS)
     assert baselines[0].log_every > MARKOV_PROBE_STEPS
     assert probe(baselines[0], 1).log_every == MARKOV_PROBE_STEPS
+    # mean-field-escape: one run per (beta, tau), each on the mean-field trainer
+    from benchmarks.paper import _experiment
+    from figures.mean_field.escape import EscapeConfig
+    from simulate.mean_field import training as mean_field
+
+    escape = FIGURES["mean-field-escape"]()
+    assert [(c.beta, c.tau) for c in escape] == EscapeConfig().cases()
+    assert _experiment(escape[0]) == (mean_field.problem, mean_field.optimizer)
 
 
 def test_paper_family_can_be_restricted_to_one_figure_and_rejects_unknown_ids(capsys):

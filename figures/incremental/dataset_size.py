@@ -123,6 +123,10 @@ class DatasetSizeConfig(FigureOptions):
             log_every=base.chunk,
         )
 
+    def trained_sizes(self) -> list[int | None]:
+        """The students' training-set sizes, ascending, then None (online) if trained."""
+        return [*sorted(self.settings()["sizes"]), *([None] if self.online else [])]
+
     def student(self, n: int | None, baselines: tuple[Path, ...] = ()) -> MarkovTrainConfig:
         """The run of training-set size n (None: online)."""
         base = self._base()
@@ -140,7 +144,7 @@ def compute(cfg: DatasetSizeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     base = cfg.baseline_training()
     contexts = baseline_contexts(base.task())
     dirs = train_baselines(base, run_dir / "baselines", contexts, quiet=cfg.quiet)
-    sizes = [*sorted(cfg.settings()["sizes"]), *([None] if cfg.online else [])]
+    sizes = cfg.trained_sizes()
     students = [cfg.student(n, dirs) for n in sizes]
     paths = run_side_by_side(
         [

@@ -109,14 +109,17 @@ class FullConfig(FigureOptions):
         # only the baselines' final models are used: log once per chunk
         return replace(cfg, steps=self.baseline_steps or cfg.steps, log_every=cfg.chunk)
 
+    def learned_contexts(self) -> tuple[int, ...]:
+        """The learned baselines' contexts c_1..c_{h-1} (class h is drawn as the true teacher)."""
+        return baseline_contexts(self.training().task())[:-1]
+
     def drawn_map_steps(self) -> tuple[int, ...]:
         return tuple(self.quick_or("map_steps", QUICK_MAP_STEPS))
 
 
 def compute(cfg: FullConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     student = cfg.training()
-    # the right panel's learned classes c_1..c_{h-1}; class h is drawn as the true teacher
-    contexts = baseline_contexts(student.task())[:-1]
+    contexts = cfg.learned_contexts()
     base = cfg.baseline_training()
     dirs = train_baselines(base, run_dir / "baselines", contexts, quiet=cfg.quiet)
     student = replace(student, baselines=dirs)

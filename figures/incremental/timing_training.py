@@ -112,6 +112,10 @@ class TrainingGrid:
         require(self.t_max > 0, "train.t_max", self.t_max, "an ODE time > 0")
         self.config(self.q[0], self.m[0])  # validates the sizes
 
+    def configs(self) -> list[MarkovTrainConfig]:
+        """Every grid point's run, q major then m (``_points`` order)."""
+        return [self.config(self.q[i], self.m[j]) for i, j in _points(self)]
+
     def config(self, q: float, m: float) -> MarkovTrainConfig:
         return MarkovTrainConfig(
             vocab=self.vocab,
@@ -144,12 +148,12 @@ def jobs(grid: TrainingGrid, out: Path, quiet: bool) -> list[Callable[[], Any]]:
         *(
             partial(
                 markov_training.run,
-                grid.config(qs[i], ms[j]),
-                RunOutput(out=Path(out) / f"q={qs[i]:g}_m={ms[j]:g}", quiet=quiet),
+                cfg,
+                RunOutput(out=Path(out) / f"q={cfg.query_scale:g}_m={cfg.m:g}", quiet=quiet),
             )
-            for i, j in _points(grid)
+            for cfg in grid.configs()
         ),
-        *(partial(stage_one_by_teacher, grid.config(qs[i], ms[j])) for i, j in _points(grid)),
+        *(partial(stage_one_by_teacher, cfg) for cfg in grid.configs()),
     ]
 
 
@@ -160,7 +164,7 @@ def _points(grid: TrainingGrid) -> list[tuple[int, int]]:
 def _reduced(grid: TrainingGrid) -> OdeBatch:
     """The reduced system (logit metric) from the initial positional logits of every grid point
     and seed, in ``_points`` then seed order."""
-    configs = [grid.config(grid.q[i], grid.m[j]) for i, j in _points(grid)]
+    configs = grid.configs()
     settings = [reduced_setting(cfg) for cfg in configs]
     n = len(configs) * grid.seeds
     return solve(
