@@ -7,10 +7,12 @@ predictions are in ``simulate.focus_dilution.predictions``, the measurement rule
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
+from figures.core.options import FigureOptions, Flat
 from figures.core.verdicts import Prediction
 from simulate.focus_dilution.flow import solve_flow, time_grid
 from simulate.runner import Seeds
@@ -77,6 +79,26 @@ class FlowSetting(Seeds):
     def chain(self) -> tuple[np.ndarray, np.ndarray]:
         pi = validate_pi(self.pi)
         return pi, transition_matrix(pi, self.lam)
+
+
+@dataclass(frozen=True)
+class OneCycleOptions(FigureOptions):
+    """Options of a figure that follows one cycle of the population flow to a multiple of its
+    predicted Stage-IV onset t_IV (focus-dilution-stages and -embedding-pca): default pi,
+    lambda = 0.5, eps = 1e-3, 3 seeds. --quick: one seed, 800 saved times."""
+
+    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=3)
+    """the population flow (synthetic experiment A)."""
+
+    horizon: float = 1.6
+    """integrate to this multiple of the predicted Stage-IV onset t_IV."""
+
+    def __post_init__(self):
+        check_horizon(self.horizon, "t_IV")
+
+    def sizes(self) -> tuple[int, int]:
+        """Seeds and saved times of the run (--quick: 1 and 800)."""
+        return self.quick_or("flow.seeds", 1), self.quick_or("flow.samples", 800)
 
 
 def flow_seconds(data: xr.Dataset) -> dict[str, float]:

@@ -13,21 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 import xarray as xr
 
 from figures.core.drawing import mark_times, shade_stages
 from figures.core.figure import Figure
-from figures.core.options import FigureOptions, Flat
 from figures.core.output import format_table
 from figures.core.verdicts import Prediction
 from figures.focus_dilution.common import (
     STAGES,
     TOKEN_COLORS,
-    FlowSetting,
-    check_horizon,
+    OneCycleOptions,
     flow_seconds,
     onset_predictions,
     solve_setting,
@@ -46,22 +43,9 @@ ONSET_MARKERS = ("o", "s", "^", "D")
 
 
 @dataclass(frozen=True)
-class PcaConfig(FigureOptions):
+class PcaConfig(OneCycleOptions):
     """As focus-dilution-stages: default pi, lambda = 0.5, eps = 1e-3, 3 seeds. --quick: one
     seed, 800 saved times."""
-
-    flow: Annotated[FlowSetting, Flat] = FlowSetting(seeds=3)
-    """the population flow (as focus-dilution-stages)."""
-
-    horizon: float = 1.6
-    """integrate to this multiple of the predicted Stage-IV onset t_IV."""
-
-    def __post_init__(self):
-        check_horizon(self.horizon, "t_IV")
-
-    def sizes(self) -> tuple[int, int]:
-        """Seeds and saved times of the run (--quick: 1 and 800)."""
-        return self.quick_or("flow.seeds", 1), self.quick_or("flow.samples", 800)
 
 
 def compute(cfg: PcaConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:

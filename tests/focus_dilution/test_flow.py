@@ -28,6 +28,7 @@ from simulate.focus_dilution.measure import (
     measured_rates,
     run_onsets,
 )
+from tests.focus_dilution.chains import random_pi
 from theory.focus_dilution import manifold
 from theory.focus_dilution.population import (
     Parameters,
@@ -48,14 +49,8 @@ PI = np.array([0.75, 0.19, 0.05, 0.01])
 FAST = settings(max_examples=10, deadline=None)
 
 
-def _pi(seed, d=D):
-    raw = np.random.default_rng(seed).dirichlet(np.ones(d))
-    pi = 0.02 + (1 - 0.02 * d) * raw
-    return np.sort(pi / pi.sum())[::-1]
-
-
 def _chain(seed, lam):
-    pi = _pi(seed)
+    pi = random_pi(seed)
     if seed % 2:
         U = np.random.default_rng(seed + 1).uniform(size=(D, D))
         return pi, reversible_transition(pi, (U + U.T) / (2 * D))

@@ -15,6 +15,7 @@ from simulate.focus_dilution.flow import (
     stage_four_point,
     symmetry_breaking_slope,
 )
+from tests.focus_dilution.chains import random_pi
 from theory.focus_dilution.manifold import (
     manifold_field,
     manifold_flow,
@@ -49,13 +50,6 @@ seeds = st.integers(0, 2**32 - 1)
 lambdas = st.floats(0.05, 0.95)
 
 
-def _pi(seed, d=D, floor=0.02):
-    """A random non-uniform probability vector with every entry >= floor, sorted descending."""
-    raw = np.random.default_rng(seed).dirichlet(np.ones(d))
-    pi = floor + (1 - d * floor) * raw
-    return np.sort(pi / pi.sum())[::-1]
-
-
 # --- the rank-one manifold and redistribution (spec §5.4) -----------------------------------------
 def _manifold_point(seed):
     rng = np.random.default_rng(seed)
@@ -65,7 +59,7 @@ def _manifold_point(seed):
 @FAST
 @given(seeds, lambdas)
 def test_rank_one_manifold_is_invariant(seed, lam):
-    pi = _pi(seed)
+    pi = random_pi(seed)
     P = transition_matrix(pi, lam)
     x = _manifold_point(seed)
     full = parameter_field(manifold_parameters(x, M_WIDTH, MK).flatten(), pi, P, D, M_WIDTH, MK)
@@ -77,7 +71,7 @@ def test_rank_one_manifold_is_invariant(seed, lam):
 @given(seeds, lambdas)
 def test_manifold_flow_conserves_balance(seed, lam):
     """||gamma||^2 - ||beta||^2 - kQ^2 - kK^2 and kQ^2 - kK^2 are constant along the flow."""
-    pi = _pi(seed)
+    pi = random_pi(seed)
     x = _manifold_point(seed)
     gamma, beta, kq, kk = split_state(x)
     v = manifold_field(x, pi, transition_matrix(pi, lam))
@@ -91,7 +85,7 @@ def test_manifold_flow_conserves_balance(seed, lam):
 def test_off_manifold_linearisation_is_the_transverse_coupling(seed, lam):
     """Along a new direction a2 = e_j (j >= 1) of R^m, the full Jacobian on
     (W0[:, j]; W1[j, :], WQ[j, 0], WK[j, 0]) is [[0, -B], [-B^T, 0]] at any manifold point."""
-    pi = _pi(seed)
+    pi = random_pi(seed)
     P = transition_matrix(pi, lam)
     x = _manifold_point(seed)
     theta = manifold_parameters(x, M_WIDTH, MK)
@@ -120,7 +114,7 @@ def test_symbolic_manifold_flow_equals_numeric_field():
 @FAST
 @given(seeds, lambdas)
 def test_redistribution_response_pushes_frequent_token_up_rare_down(seed, lam):
-    pi = _pi(seed)
+    pi = random_pi(seed)
     response = redistribution_response(pi, transition_matrix(pi, lam))
     assert response.rate == pytest.approx(2 * stage_two_rate(pi, transition_matrix(pi, lam)))
     assert response.D_per_kappa > 0

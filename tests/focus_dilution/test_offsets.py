@@ -19,6 +19,7 @@ from simulate.focus_dilution import offsets as reduced
 from simulate.focus_dilution.flow import initial_batch, solve_flow
 from simulate.focus_dilution.measure import run_onsets, stage_onsets
 from simulate.focus_dilution.predictions import leading_onsets, predictions
+from tests.focus_dilution.chains import random_pi
 from theory.focus_dilution.manifold import (
     manifold_gradients,
     predicted_stage_times,
@@ -54,12 +55,6 @@ FAST = settings(max_examples=25, deadline=None)
 seeds = st.integers(0, 2**31)
 
 
-def _pi(seed):
-    raw = np.random.default_rng(seed).dirichlet(np.ones(D))
-    pi = 0.02 + (1 - 0.02 * D) * raw
-    return np.sort(pi / pi.sum())[::-1]
-
-
 def _theta(seed, scale=1.0):
     return Parameters.random(np.random.default_rng(seed), D, M, MK, scale)
 
@@ -73,7 +68,7 @@ def _orthogonal(rng, n):
 @FAST
 @given(seeds, st.floats(1e-6, 10.0))
 def test_initial_amplitudes_scale_with_the_init(seed, scale):
-    pi, theta = _pi(seed), _theta(seed)
+    pi, theta = random_pi(seed), _theta(seed)
     one = initial_amplitudes(theta, pi)
     scaled = initial_amplitudes(Parameters(*(scale * w for w in theta)), pi)
     assert scaled.stage_one == pytest.approx(scale * one.stage_one, rel=1e-10)
@@ -90,7 +85,7 @@ def test_initial_amplitudes_do_not_depend_on_the_width_basis(seed):
     orthogonal): the amplitudes, and the Gram matrix of the transverse seeds (so ``||h^T Z||``
     for every ``h``), are the same."""
     rng = np.random.default_rng(seed)
-    pi, theta = _pi(seed), _theta(seed)
+    pi, theta = random_pi(seed), _theta(seed)
     g, k = _orthogonal(rng, M), _orthogonal(rng, MK)
     W0, WQ, WK, W1 = theta
     turned = Parameters(W0 @ g, g.T @ WQ @ k, g.T @ WK @ k, g.T @ W1)
@@ -108,7 +103,7 @@ def test_stage_one_amplitude_is_the_growing_mode_at_the_origin(seed):
     """At the origin x = W0^T a, y = W1 b obey x' = sigma y, y' = sigma x: along the cosh/sinh
     solution A_I grows as e^{sigma t}; the transverse seeds have no growing part
     (a.v + b.w = (x0 + y0).a2 = 0), and Pi_0 keeps exactly their neutral part."""
-    pi, theta = _pi(seed), _theta(seed, 1e-3)
+    pi, theta = random_pi(seed), _theta(seed, 1e-3)
     W0, WQ, WK, W1 = theta
     a, b = condensation_directions(pi)
     sigma, t = float(stage_one_rate(pi)), 0.7
@@ -154,7 +149,7 @@ def test_typical_amplitudes_are_the_root_mean_square_of_gaussian_inits():
 @given(seeds)
 def test_stage_four_mode_is_the_top_eigenvector_of_the_transverse_matrix(seed):
     rng = np.random.default_rng(seed)
-    pi, P = _pi(seed), transition_matrix(_pi(seed), 0.5)
+    pi, P = random_pi(seed), transition_matrix(random_pi(seed), 0.5)
     x = rng.normal(size=2 * D + 2)
     B = transverse_coupling(x, pi, P)
     L = np.block([[np.zeros((D, D)), -B], [-B.T, np.zeros((D + 2, D + 2))]])
@@ -201,7 +196,7 @@ def test_onsets_shift_by_one_over_the_rate_per_e_fold_of_their_starting_amplitud
 @given(st.floats(1e-9, 1e-2), seeds)
 def test_unit_firing_levels_and_eps_amplitudes_give_the_leading_order(eps, seed):
     """With A = eps, a* = G_I = 1 the formulas are PREDICTION_RULE's ln(1/eps)/rate."""
-    pi = _pi(seed)
+    pi = random_pi(seed)
     P = transition_matrix(pi, 0.5)
     sigma, c, mu, delay = float(stage_one_rate(pi)), float(stage_two_rate(pi, P)), 0.02, 2.0
     carry = np.zeros(2 * D + 2)

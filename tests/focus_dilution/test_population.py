@@ -10,6 +10,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.focus_dilution.chains import random_pi, random_reversible
 from theory.focus_dilution.population import (
     Parameters,
     attention,
@@ -35,20 +36,6 @@ seeds = st.integers(0, 2**32 - 1)
 lambdas = st.floats(0.05, 0.95)
 
 
-def _pi(seed, d=D, floor=0.02):
-    """A random non-uniform probability vector with every entry >= floor, sorted descending."""
-    raw = np.random.default_rng(seed).dirichlet(np.ones(d))
-    pi = floor + (1 - d * floor) * raw
-    return np.sort(pi / pi.sum())[::-1]
-
-
-def _random_reversible(pi, seed):
-    rng = np.random.default_rng(seed)
-    Q = rng.uniform(size=(pi.size, pi.size))
-    Q = (Q + Q.T) / (2 * pi.size)
-    return reversible_transition(pi, Q)
-
-
 # --- model: data, loss and gradients (spec §2.1, §3.3-3.4) ----------------------------------------
 def test_bad_data_fails_with_one_line_naming_the_field():
     with pytest.raises(ConfigError, match="pi"):
@@ -64,8 +51,8 @@ def test_bad_data_fails_with_one_line_naming_the_field():
 @FAST
 @given(seeds, lambdas)
 def test_chains_are_stochastic_with_stationary_pi(seed, lam):
-    pi = _pi(seed)
-    for P in (transition_matrix(pi, lam), _random_reversible(pi, seed)):
+    pi = random_pi(seed)
+    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
         np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
         np.testing.assert_allclose(pi @ P, pi, atol=1e-12)
         assert np.all(P >= 0)
@@ -89,8 +76,8 @@ def _sympy_population_gradient(d=3):
 def test_closed_form_gradients_equal_sympy_derivatives(seed, lam):
     d = 3
     rng = np.random.default_rng(seed)
-    pi = _pi(seed, d)
-    P = transition_matrix(pi, lam) if seed % 2 else _random_reversible(pi, seed)
+    pi = random_pi(seed, d)
+    P = transition_matrix(pi, lam) if seed % 2 else random_reversible(pi, seed)
     M, Phi = rng.normal(size=(d, d)), rng.normal(size=(d, d))
     loss_fn, grad_fn = _sympy_population_gradient(d)
     args = (*pi, *P.ravel(), *M.ravel(), *Phi.ravel())
@@ -113,7 +100,7 @@ def test_closed_form_gradients_equal_sympy_derivatives(seed, lam):
 @given(seeds, lambdas, st.sampled_from([1.0, 1 / math.sqrt(MK)]))
 def test_parameter_gradients_equal_complex_step_and_finite_differences(seed, lam, qk_scale):
     rng = np.random.default_rng(seed)
-    pi = _pi(seed)
+    pi = random_pi(seed)
     P = transition_matrix(pi, lam)
     theta = Parameters.random(rng, D, M_WIDTH, MK, 0.7)
     v = rng.normal(size=theta.flatten().size)
@@ -136,7 +123,7 @@ def test_conservation_laws(seed, lam):
     """W1 1 and W0^T W0 - W1 W1^T - WQ WQ^T - WK WK^T, WQ^T WQ - WK^T WK are conserved; the spec's
     W0^T W0 - W1 W1^T is not once attention is O(1)."""
     rng = np.random.default_rng(seed)
-    pi = _pi(seed)
+    pi = random_pi(seed)
     P = transition_matrix(pi, lam)
     theta = Parameters.random(rng, D, M_WIDTH, MK, 0.7)
     velocity = parameter_field(theta.flatten(), pi, P, D, M_WIDTH, MK)

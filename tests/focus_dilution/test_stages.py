@@ -7,6 +7,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.focus_dilution.chains import random_pi, random_reversible
 from theory.focus_dilution.manifold import (
     symmetric_pi,
 )
@@ -18,7 +19,6 @@ from theory.focus_dilution.population import (
     pi_symbols,
     population_gradients,
     population_loss_expr,
-    reversible_transition,
     transition_matrix,
 )
 from theory.focus_dilution.stages import (
@@ -48,20 +48,6 @@ seeds = st.integers(0, 2**32 - 1)
 lambdas = st.floats(0.05, 0.95)
 
 
-def _pi(seed, d=D, floor=0.02):
-    """A random non-uniform probability vector with every entry >= floor, sorted descending."""
-    raw = np.random.default_rng(seed).dirichlet(np.ones(d))
-    pi = floor + (1 - d * floor) * raw
-    return np.sort(pi / pi.sum())[::-1]
-
-
-def _random_reversible(pi, seed):
-    rng = np.random.default_rng(seed)
-    Q = rng.uniform(size=(pi.size, pi.size))
-    Q = (Q + Q.T) / (2 * pi.size)
-    return reversible_transition(pi, Q)
-
-
 # --- Stage I: the origin (spec §5.2) --------------------------------------------------------------
 def test_origin_gradients_symbolic():
     """G_M(0) = pi (u - pi)^T and G_Phi(0) = 0 for symbolic pi (d = 3) and lambda."""
@@ -87,10 +73,10 @@ def test_origin_gradients_symbolic():
 @FAST
 @given(seeds, lambdas)
 def test_origin_gradient_rank_one_with_rate_sigma_for_any_stationary_chain(seed, lam):
-    pi = _pi(seed)
+    pi = random_pi(seed)
     a, b = condensation_directions(pi)
     sigma = stage_one_rate(pi)
-    for P in (transition_matrix(pi, lam), _random_reversible(pi, seed)):
+    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
         G_M, G_Phi = population_gradients(np.zeros((D, D)), np.zeros((D, D)), pi, P)
         np.testing.assert_allclose(G_M, origin_gradient(pi), atol=1e-15)
         np.testing.assert_allclose(G_M, -sigma * np.outer(a, b), atol=1e-15)
@@ -124,7 +110,7 @@ def test_stage_one_solution_solves_the_linear_system():
 @given(seeds, lambdas)
 def test_stage_one_linearisation_of_the_full_field(seed, lam):
     """Near the origin x = W0^T a, y = W1 b obey x' = sigma y, y' = sigma x."""
-    pi = _pi(seed)
+    pi = random_pi(seed)
     P = transition_matrix(pi, lam)
     theta = Parameters.random(np.random.default_rng(seed), D, M_WIDTH, MK, 1e-5)
     a, b = condensation_directions(pi)
@@ -138,12 +124,12 @@ def test_stage_one_linearisation_of_the_full_field(seed, lam):
 @FAST
 @given(seeds, lambdas)
 def test_second_critical_point_is_critical_with_unigram_prediction(seed, lam):
-    pi = _pi(seed)
+    pi = random_pi(seed)
     rng = np.random.default_rng(seed)
     alpha = rng.normal(size=M_WIDTH)
     alpha /= np.linalg.norm(alpha)
     point = second_critical_point(pi)
-    for P in (transition_matrix(pi, lam), _random_reversible(pi, seed)):
+    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
         theta = second_critical_parameters(pi, M_WIDTH, MK, alpha)
         grads = parameter_gradients(theta, pi, P).flatten()
         assert np.max(np.abs(grads)) < 1e-12
@@ -164,10 +150,10 @@ def test_second_critical_point_is_critical_with_unigram_prediction(seed, lam):
 @FAST
 @given(seeds, lambdas)
 def test_stage_two_attention_gradient_and_rate(seed, lam):
-    pi = _pi(seed)
+    pi = random_pi(seed)
     point = second_critical_point(pi)
     M = np.outer(point.gamma, point.beta)
-    for P in (transition_matrix(pi, lam), _random_reversible(pi, seed)):
+    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
         _, G_Phi = population_gradients(M, np.zeros((D, D)), pi, P)
         np.testing.assert_allclose(
             stage_two_attention_gradient(point.gamma, point.beta, pi, P), G_Phi, atol=1e-14
@@ -227,7 +213,7 @@ def test_stage_two_rate_can_be_negative_for_a_general_chain():
 @SLOW
 @given(seeds, lambdas)
 def test_jacobian_at_second_point_splits_into_nsd_and_plus_minus_c_blocks(seed, lam):
-    pi = _pi(seed)
+    pi = random_pi(seed)
     P = transition_matrix(pi, lam)
     blocks = jacobian_blocks(second_critical_parameters(pi, M_WIDTH, MK), pi, P)
     c = stage_two_rate(pi, P)
