@@ -1,5 +1,6 @@
 """What the focus-dilution figures share (spec ``focus_dilution.md`` §4, §6, §7): the population
-flow setting that the flow figures nest, the stage names and the token colours. The theory's
+flow setting that the flow figures nest, the options of the one-cycle figures (stages,
+embedding-pca), the stage names and the token colours. The theory's
 predictions are in ``simulate.focus_dilution.predictions``, the measurement rules in
 ``simulate.focus_dilution.measure``; the tolerances of the verdicts that put one beside the other
 (issue 16) are here, each with its reason."""
