@@ -30,7 +30,7 @@ from figures.focus_dilution.common import (
 from simulate.focus_dilution.flow import solve_flow, time_grid
 from simulate.focus_dilution.measure import ONSET_RULES, run_onsets
 from simulate.focus_dilution.predictions import predictions
-from theory.focus_dilution.population import reversible_transition, transition_matrix
+from theory.focus_dilution.population import random_metropolis_chain, transition_matrix
 from theory.validation import require
 
 FIGURE_ID = "focus-dilution-same-pi"
@@ -72,8 +72,7 @@ class SamePiConfig(FigureOptions):
         lambdas, mh = self.quick_or("lambdas", (0.5, 0.8)), self.quick_or("mh_chains", 1)
         out = {f"lazy lambda = {lam:g}": transition_matrix(pi, lam) for lam in lambdas}
         for k in range(mh):
-            U = np.random.default_rng(k).uniform(size=(pi.size, pi.size))
-            out[f"MH chain {k}"] = reversible_transition(pi, (U + U.T) / (2 * pi.size))
+            out[f"MH chain {k}"] = random_metropolis_chain(pi, k)
         return out
 
     def sizes(self) -> tuple[int, int]:

@@ -34,7 +34,7 @@ from theory.focus_dilution.population import (
     Parameters,
     parameter_gradients,
     parameter_loss,
-    reversible_transition,
+    random_metropolis_chain,
     transition_matrix,
 )
 from theory.focus_dilution.stages import (
@@ -52,8 +52,7 @@ FAST = settings(max_examples=10, deadline=None)
 def _chain(seed, lam):
     pi = random_pi(seed)
     if seed % 2:
-        U = np.random.default_rng(seed + 1).uniform(size=(D, D))
-        return pi, reversible_transition(pi, (U + U.T) / (2 * D))
+        return pi, random_metropolis_chain(pi, seed + 1)
     return pi, transition_matrix(pi, lam)
 
 

@@ -10,7 +10,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.focus_dilution.chains import random_pi, random_reversible
+from tests.focus_dilution.chains import random_pi
 from theory.focus_dilution.population import (
     Parameters,
     attention,
@@ -23,6 +23,7 @@ from theory.focus_dilution.population import (
     population_gradients,
     population_loss,
     population_loss_expr,
+    random_metropolis_chain,
     reversible_transition,
     transition_matrix,
 )
@@ -52,7 +53,7 @@ def test_bad_data_fails_with_one_line_naming_the_field():
 @given(seeds, lambdas)
 def test_chains_are_stochastic_with_stationary_pi(seed, lam):
     pi = random_pi(seed)
-    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
+    for P in (transition_matrix(pi, lam), random_metropolis_chain(pi, seed)):
         np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
         np.testing.assert_allclose(pi @ P, pi, atol=1e-12)
         assert np.all(P >= 0)
@@ -77,7 +78,7 @@ def test_closed_form_gradients_equal_sympy_derivatives(seed, lam):
     d = 3
     rng = np.random.default_rng(seed)
     pi = random_pi(seed, d)
-    P = transition_matrix(pi, lam) if seed % 2 else random_reversible(pi, seed)
+    P = transition_matrix(pi, lam) if seed % 2 else random_metropolis_chain(pi, seed)
     M, Phi = rng.normal(size=(d, d)), rng.normal(size=(d, d))
     loss_fn, grad_fn = _sympy_population_gradient(d)
     args = (*pi, *P.ravel(), *M.ravel(), *Phi.ravel())

@@ -7,7 +7,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.focus_dilution.chains import random_pi, random_reversible
+from tests.focus_dilution.chains import random_pi
 from theory.focus_dilution.manifold import (
     symmetric_pi,
 )
@@ -19,6 +19,7 @@ from theory.focus_dilution.population import (
     pi_symbols,
     population_gradients,
     population_loss_expr,
+    random_metropolis_chain,
     transition_matrix,
 )
 from theory.focus_dilution.stages import (
@@ -76,7 +77,7 @@ def test_origin_gradient_rank_one_with_rate_sigma_for_any_stationary_chain(seed,
     pi = random_pi(seed)
     a, b = condensation_directions(pi)
     sigma = stage_one_rate(pi)
-    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
+    for P in (transition_matrix(pi, lam), random_metropolis_chain(pi, seed)):
         G_M, G_Phi = population_gradients(np.zeros((D, D)), np.zeros((D, D)), pi, P)
         np.testing.assert_allclose(G_M, origin_gradient(pi), atol=1e-15)
         np.testing.assert_allclose(G_M, -sigma * np.outer(a, b), atol=1e-15)
@@ -129,7 +130,7 @@ def test_second_critical_point_is_critical_with_unigram_prediction(seed, lam):
     alpha = rng.normal(size=M_WIDTH)
     alpha /= np.linalg.norm(alpha)
     point = second_critical_point(pi)
-    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
+    for P in (transition_matrix(pi, lam), random_metropolis_chain(pi, seed)):
         theta = second_critical_parameters(pi, M_WIDTH, MK, alpha)
         grads = parameter_gradients(theta, pi, P).flatten()
         assert np.max(np.abs(grads)) < 1e-12
@@ -153,7 +154,7 @@ def test_stage_two_attention_gradient_and_rate(seed, lam):
     pi = random_pi(seed)
     point = second_critical_point(pi)
     M = np.outer(point.gamma, point.beta)
-    for P in (transition_matrix(pi, lam), random_reversible(pi, seed)):
+    for P in (transition_matrix(pi, lam), random_metropolis_chain(pi, seed)):
         _, G_Phi = population_gradients(M, np.zeros((D, D)), pi, P)
         np.testing.assert_allclose(
             stage_two_attention_gradient(point.gamma, point.beta, pi, P), G_Phi, atol=1e-14

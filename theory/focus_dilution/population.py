@@ -76,6 +76,14 @@ def reversible_transition(pi, proposal) -> np.ndarray:
     return P
 
 
+def random_metropolis_chain(pi, seed: int) -> np.ndarray:
+    """The Metropolis-Hastings chain of ``pi`` from a random proposal ``Q = (U + U^T)/(2d)``,
+    ``U`` uniform on [0, 1)^(d x d) from ``numpy.random.default_rng(seed)`` (spec §2.3 (b))."""
+    d = np.asarray(pi).size
+    U = np.random.default_rng(seed).uniform(size=(d, d))
+    return reversible_transition(pi, (U + U.T) / (2 * d))
+
+
 # --- population loss and its closed-form gradients (spec §3.3-3.4) -------------------------------
 def _softmax(z):
     # Shifting by the real part's maximum keeps complex-step perturbations exact.
