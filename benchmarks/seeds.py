@@ -51,7 +51,7 @@ def clustering_head(seeds: int, steps: int, hessian_iterations: int) -> tuple[fl
     """``steps`` rounds up to whole epochs (64 steps each, the evaluation included)."""
     per_epoch = ClusteringConfig().steps_per_epoch
     epochs = max(1, steps // per_epoch)
-    rate, compile_s = epochs_per_second(seeds, epochs, hessian_iterations)
+    rate, compile_s = epochs_per_second(seeds, epochs, hessian_iterations, "epoch")
     return rate * per_epoch, compile_s
 
 

@@ -46,15 +46,21 @@ class Problem:
     where the update follows ``-g`` through the optimizer (``g`` is the gradient, or minus the
     vector field of a non-Euclidean flow); ``observe(params) -> {name: array}`` with the extra dims
     of each observable in ``dims``, or ``observe(params, opt_state)`` when ``observe_optimizer``
-    (observables that need the optimizer's state, e.g. Adam's second moment)."""
+    (observables that need the optimizer's state, e.g. Adam's second moment).
+
+    With ``draw_interval``, ``draw_interval(data_key)`` draws the data of a whole logged interval
+    at once, every leaf with a leading axis of the schedule's ``log_every`` (one shuffle of a
+    training set cut into minibatches: a data loader's epoch), and ``loss_and_direction`` gets
+    the step's slice of it in place of a key."""
 
     init: Callable[[jax.Array, jax.Array], Any]
-    loss_and_direction: Callable[[Any, jax.Array], tuple[jax.Array, Any]]
+    loss_and_direction: Callable[[Any, Any], tuple[jax.Array, Any]]
     observe: Callable[..., dict[str, jax.Array]]
     """``observe(params)``, or ``observe(params, opt_state)`` when ``observe_optimizer``."""
     dims: dict[str, tuple[str, ...]]
     coords: dict[str, Any] = field(default_factory=dict)
     observe_optimizer: bool = False
+    draw_interval: Callable[[jax.Array], Any] | None = None
 
     def observation(self, params: Any, opt_state: Any) -> dict[str, jax.Array]:
         """The logged observables of one seed's state."""
@@ -186,11 +192,12 @@ def optimizer_step(
     optimizer: optax.GradientTransformation,
     params: Any,
     opt_state: Any,
-    key: jax.Array,
+    data: Any,
 ) -> tuple[Any, Any, jax.Array]:
-    """One training step as the trainer takes it: the loss and direction on the minibatch of
-    ``key``, the optimizer's update, the new parameters; ``(params, opt_state, loss)``."""
-    loss, g = loss_and_direction(params, key)
+    """One training step as the trainer takes it: the loss and direction on the step's data (its
+    key, or its slice of ``Problem.draw_interval``), the optimizer's update, the new parameters;
+    ``(params, opt_state, loss)``."""
+    loss, g = loss_and_direction(params, data)
     # optax's Adam bias correction computes python-float ** int32 count, which strict dtype
     # promotion rejects; the third-party update is traced under standard promotion.
     with jax.numpy_dtype_promotion("standard"):
@@ -234,8 +241,20 @@ def _chunk_program(
     schedule), the key of ``simulate.program_store``."""
     # shapes only: the problem is traced, never run, at one seed's state
     one = jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s), state)
+    step_data, draw, draw_consts, draw_text = one[2], None, [], ""
+    if problem.draw_interval is not None:
+        draw, draw_consts, draw_text, interval = _hoisted(problem.draw_interval, one[2])
+        lengths = {x.shape[0] for x in jax.tree_util.tree_leaves(interval)}
+        if lengths != {schedule.log_every}:
+            raise ValueError(
+                f"draw_interval gives leading axes {sorted(lengths)}, "
+                f"expected the {schedule.log_every} steps of a logged interval"
+            )
+        step_data = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), interval
+        )
     loss_and_direction, ld_consts, ld_text, (_, direction) = _hoisted(
-        problem.loss_and_direction, one[0], one[2]
+        problem.loss_and_direction, one[0], step_data
     )
     observation, obs_consts, obs_text, row_shapes = _hoisted(problem.observation, one[0], one[1])
     identity = (
@@ -243,14 +262,16 @@ def _chunk_program(
         obs_text,
         _update_text(optimizer, direction, one[1], one[0]),
         f"log_every={schedule.log_every} chunk={schedule.chunk}",
+        *([draw_text] if draw is not None else []),
     )
     rows = schedule.chunk // schedule.log_every
 
-    def one_step(consts, carry):
+    def one_step(consts, carry, data):
         params, opt_state, key, step, bad, bad_kind = carry
-        key, sub = jax.random.split(key)
+        if data is None:  # the step draws its own data from the key
+            key, data = jax.random.split(key)
         params, opt_state, loss = optimizer_step(
-            partial(loss_and_direction, consts), optimizer, params, opt_state, sub
+            partial(loss_and_direction, consts), optimizer, params, opt_state, data
         )
         loss_ok, params_ok = jnp.isfinite(loss), _all_finite(params)
         first = (bad < 0) & ~(loss_ok & params_ok)
@@ -259,11 +280,22 @@ def _chunk_program(
         return (params, opt_state, key, step + 1, bad, bad_kind)
 
     def chunk(consts, carry, first):
-        ld, obs = consts
+        ld, obs, dr = consts
 
         def steps(carry):
+            if draw is None:
+                carry, _ = jax.lax.scan(
+                    lambda c, _: (one_step(ld, c, None), None),
+                    carry,
+                    None,
+                    length=schedule.log_every,
+                )
+                return carry
+            key, sub = jax.random.split(carry[2])
             carry, _ = jax.lax.scan(
-                lambda c, _: (one_step(ld, c), None), carry, None, length=schedule.log_every
+                lambda c, d: (one_step(ld, c, d), None),
+                (*carry[:2], key, *carry[3:]),
+                draw(dr, sub),
             )
             return carry
 
@@ -282,7 +314,7 @@ def _chunk_program(
 
         return jax.lax.scan(log_row, carry, jnp.arange(rows + 1))
 
-    consts = (ld_consts, obs_consts)
+    consts = (ld_consts, obs_consts, draw_consts)
     if jax.tree_util.tree_leaves(state)[0].shape[0] > 1:  # seeds
         return jax.jit(jax.vmap(chunk, in_axes=(None, 0, None))), consts, identity
 

@@ -219,3 +219,40 @@ def test_problems_differing_only_in_their_data_share_one_program(tmp_path):
     closing_over = jax.jit(lambda w: _data_problem(target).loss_and_direction(w, None))
     assert literal.search(closing_over.lower(jax.numpy.zeros(3)).as_text())
     assert not literal.search(texts[0])
+
+
+def _interval_problem(length):
+    """The parameter counts the data it is given: each step adds its slice of the interval's
+    draw, a permutation of 0..length-1 from the data key (a shuffled epoch)."""
+
+    def loss_and_direction(w, item):
+        return w[0], -jax.numpy.stack([item.astype(w.dtype), jax.numpy.ones_like(w[0])])
+
+    return Problem(
+        lambda k, n: jax.numpy.zeros(2),
+        loss_and_direction,
+        lambda w: {"total": w[0], "steps": w[1]},
+        {"total": (), "steps": ()},
+        draw_interval=lambda key: jax.random.permutation(key, length),
+    )
+
+
+def test_an_interval_draw_gives_each_step_its_slice_once_per_interval():
+    length, intervals = 6, 4
+    schedule = Schedule(steps=length * intervals, log_every=length, chunk=2 * length)
+    result = train(
+        _interval_problem(length), optax.sgd(1.0), schedule, [0, 1], None, progress=False
+    )
+    per_interval = length * (length - 1) / 2  # every item of 0..length-1 once per interval
+    expected = per_interval * np.arange(intervals + 1)
+    for seed in range(2):
+        np.testing.assert_array_equal(result.dataset["total"].values[seed], expected)
+        np.testing.assert_array_equal(
+            result.dataset["steps"].values[seed], length * np.arange(intervals + 1)
+        )
+
+
+def test_an_interval_draw_of_the_wrong_length_is_refused():
+    schedule = Schedule(steps=12, log_every=4, chunk=12)
+    with pytest.raises(ValueError, match="expected the 4 steps"):
+        train(_interval_problem(6), optax.sgd(1.0), schedule, [0], None, progress=False)

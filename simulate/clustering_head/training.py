@@ -3,7 +3,8 @@
 
 Defaults are the paper's code: p = 2, V_e = 3, L = 12, k = 5, n = 2048 train / 2048 test, FFN width
 32, Adam lr 3e-3 (default betas and eps, no weight decay), batch 32, 1000 epochs of 64 steps; seeds
-are vmapped. Data modes: ``train`` (minibatches of the training set; full batch when batch >= n),
+are vmapped. Data modes: ``train`` (minibatches of the training set, by default one shuffle of it
+per epoch as the official code's data loader draws them; full batch when batch >= n),
 ``population`` (full batch over all p^L sequences: the exact population loss) and ``fresh`` (new
 i.i.d. sequences every step). ``init = ideal`` sets P[t] = (0, 1) for t <= k and (0, -1) for t > k.
 
@@ -90,6 +91,12 @@ class ClusteringSetting(SMASetting, Seeds):
     """Adam learning rate (default betas and eps, no weight decay)."""
     batch: int = 32
     """sequences per step (data = train: drawn without replacement; >= n means full batch)."""
+    minibatches: Literal["epoch", "step"] = "epoch"
+    """data = train with batch < n: epoch, one shuffle of the training set per epoch cut into
+    ceil(n / batch) minibatches, the last one short when batch does not divide n (the official
+    code's PyTorch DataLoader with shuffle=True); step, an independent uniformly random subset of
+    batch distinct rows every step (stagewise's rule before 2026-12-07, behind the README's
+    clustering-head numbers marked so)."""
     epochs: int | None = None
     """epochs (steps per epoch = ceil(n / batch), 1 with data = population); None: the paper's
     1000 (150 with the experiment's quick)."""
@@ -129,6 +136,9 @@ class ClusteringSetting(SMASetting, Seeds):
         )
         require(np.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a learning rate > 0")
         require(self.batch >= 1, "batch", self.batch, "an integer >= 1")
+        require(
+            self.minibatches in ("epoch", "step"), "minibatches", self.minibatches, "epoch or step"
+        )
         require(
             self.epochs is None or self.epochs >= 1,
             "epochs",
@@ -241,10 +251,13 @@ def build_model(cfg: ClusteringSetting, key) -> ClusteringHead:
     return model
 
 
-def cross_entropy(model: ClusteringHead, x, y):
-    """Mean cross-entropy (nats) of the model on sequences x with labels y."""
-    logits = jax.vmap(model)(x)
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+def cross_entropy(model: ClusteringHead, x, y, weight=None):
+    """Mean cross-entropy (nats) of the model on sequences x with labels y (weighted by
+    ``weight`` and divided by its sum, when given)."""
+    log_p = jnp.take_along_axis(jax.nn.log_softmax(jax.vmap(model)(x)), y[:, None], axis=1)
+    if weight is None:
+        return -jnp.mean(log_p)
+    return -jnp.sum(weight * log_p[:, 0]) / jnp.sum(weight)
 
 
 def accuracy(model: ClusteringHead, x, y):
@@ -382,6 +395,19 @@ def problem(cfg: ClusteringSetting) -> Problem:
         x = draw(data_key)
         return jax.value_and_grad(cross_entropy)(model, x, labels(x, k, p))
 
+    def epoch(key):
+        """One epoch's minibatches: a permutation of the training rows cut into steps, padded
+        rows (when the batch does not divide n) weighted 0."""
+        steps, batch = cfg.steps_per_epoch, cfg.minibatch
+        pad = steps * batch - cfg.train_size
+        shuffle = jax.random.permutation(key, cfg.train_size)
+        order = jnp.concatenate([shuffle, jnp.zeros(pad, shuffle.dtype)]).reshape(steps, batch)
+        weight = (jnp.arange(steps * batch) < cfg.train_size).astype(cfg.dtype)
+        return train_x[order], train_y[order], weight.reshape(steps, batch)
+
+    def loss_and_direction_on(model, batch):
+        return jax.value_and_grad(cross_entropy)(model, *batch)
+
     def train_loss(model):
         if cfg.data == "population":
             return cross_entropy(model, population, labels(population, k, p))
@@ -472,13 +498,15 @@ def problem(cfg: ClusteringSetting) -> Problem:
         "token_id": np.arange(cfg.vocab),
         "unit": np.arange(cfg.width),
     }
+    shuffled = cfg.data == "train" and cfg.minibatch < cfg.train_size and cfg.minibatches == "epoch"
     return Problem(
         init,
-        loss_and_direction,
+        loss_and_direction_on if shuffled else loss_and_direction,
         observe,
         dims,
         coords,
         observe_optimizer=cfg.preconditioned_sharpness,
+        draw_interval=epoch if shuffled else None,
     )
 
 
@@ -552,10 +580,15 @@ def run(cfg: ClusteringSetting, output: RunOutput = RunOutput()) -> Path | Train
             "data_rule": "train and test sets from key(data_seed) folded "
             "with 1 and 2; probe suffixes from "
             "numpy default_rng(data_seed + 10000)",
-            "minibatch_rule": "data = train: min(batch, n) distinct "
-            "training sequences drawn uniformly each "
-            "step, independently across steps (an epoch "
-            "is ceil(n / batch) steps, not a shuffle)",
+            "minibatch_rule": (
+                "data = train, minibatches = epoch: one permutation of the n training "
+                "sequences per epoch (from the data key, split once an epoch) cut into "
+                "ceil(n / batch) minibatches, the last one short when batch does not divide n"
+                if cfg.minibatches == "epoch"
+                else "data = train, minibatches = step: min(batch, n) distinct training "
+                "sequences drawn uniformly each step, independently across steps (an epoch "
+                "is ceil(n / batch) steps, not a shuffle)"
+            ),
         },
     )
 

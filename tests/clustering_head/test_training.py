@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from figures.cli import main
 from simulate.clustering_head.model import (
@@ -33,6 +35,7 @@ from simulate.clustering_head.training import (
     ClusteringConfig,
     build_model,
     cross_entropy,
+    problem,
     run,
     symmetry_defect,
     top_hessian_eigenvalue,
@@ -412,3 +415,32 @@ def test_quick_sandbox_figure(tmp_path):
     assert np.allclose(
         summary["test_accuracy_at_frames"], ds["test_accuracy"].values[0, [0, 10, 100, 200]]
     )
+
+
+@pytest.mark.parametrize("batch", [32, 48])
+@settings(max_examples=10, deadline=None)
+@given(key=st.integers(0, 2**31 - 1))
+def test_each_epoch_is_one_shuffle_of_the_training_set(batch, key):
+    """minibatches = epoch: the steps of an epoch see every training row once (the last batch
+    padded with weight-0 rows when the batch does not divide n), in an order set by the key."""
+    cfg = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, batch=batch)
+    draw = problem(cfg).draw_interval
+    assert draw is not None
+    x, y, weight = draw(jax.random.PRNGKey(key))
+    steps = -(-128 // batch)
+    assert x.shape == (steps, batch, 8) and weight.shape == (steps, batch)
+    np.testing.assert_array_equal(y, labels(x, 3, 2))
+    seen = np.asarray(x)[np.asarray(weight) > 0]
+    train = np.asarray(draw_data(cfg).train)
+    assert len(seen) == 128 and np.all(np.asarray(weight)[np.asarray(weight) > 0] == 1)
+    # the same rows, each once (the set has repeated sequences): the sorted row lists agree
+    np.testing.assert_array_equal(seen[np.lexsort(seen.T[::-1])], train[np.lexsort(train.T[::-1])])
+    other, _, _ = draw(jax.random.PRNGKey(key + 1))
+    assert not np.array_equal(other, x)
+
+
+def test_the_step_rule_draws_a_fresh_subset_every_step():
+    cfg = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, minibatches="step")
+    assert problem(cfg).draw_interval is None
+    full = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, batch=128)
+    assert problem(full).draw_interval is None  # full batch: nothing to shuffle
