@@ -222,17 +222,19 @@ def test_problems_differing_only_in_their_data_share_one_program(tmp_path):
 
 
 def _interval_problem(length):
-    """The parameter counts the data it is given: each step adds its slice of the interval's
-    draw, a permutation of 0..length-1 from the data key (a shuffled epoch)."""
+    """The parameters count the data they are given: each step adds its slice of the interval's
+    draw, a permutation of 0..length-1 from the data key (a shuffled epoch), to ``w[0]``, one to
+    ``w[1]``, and the slice times its place in the interval to ``w[2]`` (which shows the order)."""
 
     def loss_and_direction(w, item):
-        return w[0], -jax.numpy.stack([item.astype(w.dtype), jax.numpy.ones_like(w[0])])
+        item, place = item.astype(w.dtype), jax.numpy.mod(w[1], length)
+        return w[0], -jax.numpy.stack([item, jax.numpy.ones_like(item), item * place])
 
     return Problem(
-        lambda k, n: jax.numpy.zeros(2),
+        lambda k, n: jax.numpy.zeros(3),
         loss_and_direction,
-        lambda w: {"total": w[0], "steps": w[1]},
-        {"total": (), "steps": ()},
+        lambda w: {"total": w[0], "steps": w[1], "ordered": w[2]},
+        {"total": (), "steps": (), "ordered": ()},
         draw_interval=lambda key: jax.random.permutation(key, length),
     )
 
@@ -245,11 +247,15 @@ def test_an_interval_draw_gives_each_step_its_slice_once_per_interval():
     )
     per_interval = length * (length - 1) / 2  # every item of 0..length-1 once per interval
     expected = per_interval * np.arange(intervals + 1)
+    orders = []
     for seed in range(2):
         np.testing.assert_array_equal(result.dataset["total"].values[seed], expected)
         np.testing.assert_array_equal(
             result.dataset["steps"].values[seed], length * np.arange(intervals + 1)
         )
+        orders.extend(np.diff(result.dataset["ordered"].values[seed]).tolist())
+    # each interval (and each seed) draws its own order: sum_i perm[i] * i differs between them
+    assert len(set(orders)) > intervals
 
 
 def test_an_interval_draw_of_the_wrong_length_is_refused():

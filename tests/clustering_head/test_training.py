@@ -42,7 +42,7 @@ from simulate.clustering_head.training import (
 )
 from simulate.experiments import EXPERIMENTS
 from simulate.runner import RunOutput
-from simulate.store import load, read_summary
+from simulate.store import RunStore, load, read_summary
 from theory.clustering_head import symmetry as cs
 from theory.validation import ConfigError
 
@@ -444,3 +444,39 @@ def test_the_step_rule_draws_a_fresh_subset_every_step():
     assert problem(cfg).draw_interval is None
     full = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, batch=128)
     assert problem(full).draw_interval is None  # full batch: nothing to shuffle
+
+
+def test_a_resumed_shuffled_run_is_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The epoch's shuffle comes from the data key in the checkpointed state, so a run that
+    crashes after its first chunk and resumes logs the uninterrupted run's rows bit for bit."""
+    cfg = ClusteringConfig(
+        length=8,
+        sparsity=3,
+        width=8,
+        train_size=128,
+        test_size=64,
+        batch=32,
+        epochs=4,
+        epochs_per_chunk=2,
+        hessian_iterations=0,
+        seeds=2,
+    )
+    full, _ = load(run(cfg, RunOutput(out=tmp_path / "full", quiet=True)))
+    original = RunStore.save_checkpoint
+    calls = {"n": 0}
+
+    def flaky(self, state, step, rows):
+        calls["n"] += 1
+        if calls["n"] == 3:  # step 0, the first chunk's end, then the second chunk's is lost
+            raise OSError("disk went away")
+        return original(self, state, step, rows)
+
+    monkeypatch.setattr(RunStore, "save_checkpoint", flaky)
+    with pytest.raises(OSError):
+        run(cfg, RunOutput(out=tmp_path / "crash", quiet=True))
+    monkeypatch.setattr(RunStore, "save_checkpoint", original)
+    crash = tmp_path / "crash"
+    resumed, _ = load(run(cfg, RunOutput(out=crash, quiet=True, resume=crash)))
+    assert resumed.sizes["step"] == full.sizes["step"] == 5
+    for name in full.data_vars:
+        np.testing.assert_array_equal(resumed[name].values, full[name].values)
