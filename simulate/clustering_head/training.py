@@ -543,7 +543,12 @@ def _stored_init(cfg: ClusteringSetting):
 
 
 def optimizer(cfg: ClusteringSetting):
-    return optax.adam(cfg.lr, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS)
+    """Adam with the learning rate in its state (in the parameters' dtype) rather than in the
+    compiled program, so that runs differing only in lr (the ablation's lr axis, an lr sweep)
+    share one program."""
+    return optax.inject_hyperparams(
+        optax.adam, static_args=("b1", "b2", "eps"), hyperparam_dtype=np.dtype(cfg.dtype)
+    )(learning_rate=cfg.lr, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS)
 
 
 def summarize(cfg: ClusteringSetting, ds) -> dict:

@@ -35,6 +35,7 @@ from simulate.clustering_head.training import (
     ClusteringConfig,
     build_model,
     cross_entropy,
+    optimizer,
     problem,
     run,
     symmetry_defect,
@@ -43,6 +44,7 @@ from simulate.clustering_head.training import (
 from simulate.experiments import EXPERIMENTS
 from simulate.runner import RunOutput
 from simulate.store import RunStore, load, read_summary
+from simulate.train import _chunk_program, _initial_state, seed_streams
 from theory.clustering_head import symmetry as cs
 from theory.validation import ConfigError
 
@@ -480,3 +482,18 @@ def test_a_resumed_shuffled_run_is_the_uninterrupted_run(tmp_path, monkeypatch):
     assert resumed.sizes["step"] == full.sizes["step"] == 5
     for name in full.data_vars:
         np.testing.assert_array_equal(resumed[name].values, full[name].values)
+
+
+def test_runs_differing_only_in_lr_share_one_program():
+    """The learning rate rides in Adam's state: the chunk programs of two learning rates lower to
+    the same text (one compile for the ablation's lr axis), and each state carries its own lr."""
+    texts, rates = [], []
+    for lr in (3e-3, 1e-2):
+        cfg = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, lr=lr)
+        prob, opt = problem(cfg), optimizer(cfg)
+        state = _initial_state(prob, opt, seed_streams([0]))
+        program, consts, identity = _chunk_program(prob, opt, cfg.schedule, state)
+        texts.append((identity, program.lower(consts, state, True).as_text()))
+        rates.append(float(state[1].hyperparams["learning_rate"][0]))
+    assert texts[0] == texts[1]
+    assert rates == [np.float32(3e-3), np.float32(1e-2)]
