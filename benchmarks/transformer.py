@@ -47,13 +47,16 @@ def paper_config(model: str, batch: int = PAPER_BATCH, **kw) -> MarkovTrainConfi
 
 @dataclass
 class Step:
-    """A jitted training step ``(params, opt_state, key) -> (params, opt_state, loss)`` and the
-    state to start it from."""
+    """A jitted training step ``(params, opt_state, data) -> (params, opt_state, loss)``, the
+    state to start it from and one step's data: a data key, or, for a problem that draws a logged
+    interval at once (``Problem.draw_interval``), the first step's slice of such a draw, made
+    outside the step so that its FLOP count is the step's own."""
 
     fn: Callable
     params: Any
     opt_state: Any
     model: Any
+    data: Any
 
 
 def training_step(cfg: MarkovTrainConfig) -> Step:
@@ -66,7 +69,10 @@ def step_of(prob: Any, opt: Any) -> Step:
     params = prob.init(k_init, k_noise)
 
     step = partial(optimizer_step, prob.loss_and_direction, opt)
-    return Step(jax.jit(step), params, opt.init(params), params)
+    data = jax.random.PRNGKey(1)
+    if prob.draw_interval is not None:
+        data = jax.tree_util.tree_map(lambda x: x[0], prob.draw_interval(data))
+    return Step(jax.jit(step), params, opt.init(params), params, data)
 
 
 def matmul_parameters(model: Any) -> int:
@@ -110,7 +116,7 @@ def xla_flops(compiled: Any) -> float:
 
 
 def lowered(step: Step) -> Any:
-    return step.fn.lower(step.params, step.opt_state, jax.random.PRNGKey(1))
+    return step.fn.lower(step.params, step.opt_state, step.data)
 
 
 def dot_operands(n: int) -> tuple[jax.Array, jax.Array]:

@@ -180,3 +180,16 @@ def test_a_paper_run_that_dies_is_reported_with_its_memory_and_the_table_goes_on
 
     result, peak_gib = isolated("emergence-linear-map", 99)
     assert result is None and 0 < peak_gib < 64
+
+
+def test_the_paper_projection_counts_a_shuffled_clustering_step_by_its_minibatch():
+    """A problem that draws an epoch at once (``Problem.draw_interval``) is counted on one step's
+    slice of the draw: forward and backward grow with the batch, Adam's update does not."""
+    from benchmarks.paper import step_flops
+    from simulate.clustering_head.training import ClusteringConfig
+
+    small = ClusteringConfig(
+        length=8, sparsity=3, train_size=128, test_size=64, hessian_iterations=0
+    )
+    ratio = step_flops(dataclasses.replace(small, batch=64)) / step_flops(small)
+    assert 1.8 < ratio < 2.0
