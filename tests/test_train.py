@@ -12,6 +12,7 @@ from simulate.incremental.head_training import HeadTrainConfig, problem, run
 from simulate.runner import RunOutput
 from simulate.store import RunStore, load, read_summary
 from simulate.train import Problem, Schedule, _chunk_program, seed_streams, train
+from tests.checkpoints import losing_checkpoint
 
 SMALL = {
     "heads": 2,
@@ -67,19 +68,9 @@ def test_trajectory_has_named_dims_and_a_row_every_log_every(tmp_path):
 
 def test_resume_after_a_crash_between_append_and_checkpoint(tmp_path, monkeypatch):
     full, _ = load(run(cfg_(), out_(tmp_path, "full")))
-    calls = {"n": 0}
-    original = RunStore.save_checkpoint
-
-    def flaky(self, state, step, rows):
-        calls["n"] += 1
-        if calls["n"] == 3:  # checkpoints at step 0 (before row 0), 200, then 400 is lost
-            raise OSError("disk went away")
-        return original(self, state, step, rows)
-
-    monkeypatch.setattr(RunStore, "save_checkpoint", flaky)
-    with pytest.raises(OSError):
+    # checkpoints at step 0 (before row 0), 200, then 400 is lost
+    with losing_checkpoint(monkeypatch, 3), pytest.raises(OSError):
         run(cfg_(), out_(tmp_path, "crash"))
-    monkeypatch.setattr(RunStore, "save_checkpoint", original)
     crashed, _ = load(tmp_path / "crash")  # readable after the exception
     assert crashed.sizes["step"] == 9  # rows 0..400: the failed chunk's rows are on disk
     _, step, rows = RunStore(tmp_path / "crash").load_checkpoint()

@@ -43,8 +43,9 @@ from simulate.clustering_head.training import (
 )
 from simulate.experiments import EXPERIMENTS
 from simulate.runner import RunOutput
-from simulate.store import RunStore, load, read_summary
+from simulate.store import load, read_summary
 from simulate.train import _chunk_program, _initial_state, seed_streams
+from tests.checkpoints import losing_checkpoint
 from theory.clustering_head import symmetry as cs
 from theory.validation import ConfigError
 
@@ -419,13 +420,17 @@ def test_quick_sandbox_figure(tmp_path):
     )
 
 
+SMALL = {"length": 8, "sparsity": 3, "train_size": 128, "test_size": 64}
+"""A small task for the minibatch and optimizer tests (128 training sequences of length 8)."""
+
+
 @pytest.mark.parametrize("batch", [32, 48])
 @settings(max_examples=10, deadline=None)
 @given(key=st.integers(0, 2**31 - 1))
 def test_each_epoch_is_one_shuffle_of_the_training_set(batch, key):
     """minibatches = epoch: the steps of an epoch see every training row once (the last batch
     padded with weight-0 rows when the batch does not divide n), in an order set by the key."""
-    cfg = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, batch=batch)
+    cfg = ClusteringConfig(**SMALL, batch=batch)
     draw = problem(cfg).draw_interval
     assert draw is not None
     x, y, weight = draw(jax.random.PRNGKey(key))
@@ -441,42 +446,21 @@ def test_each_epoch_is_one_shuffle_of_the_training_set(batch, key):
     assert not np.array_equal(other, x)
 
 
-def test_the_step_rule_draws_a_fresh_subset_every_step():
-    cfg = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, minibatches="step")
-    assert problem(cfg).draw_interval is None
-    full = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, batch=128)
-    assert problem(full).draw_interval is None  # full batch: nothing to shuffle
+def test_the_step_rule_and_full_batch_draw_no_epoch():
+    assert problem(ClusteringConfig(**SMALL, minibatches="step")).draw_interval is None
+    assert problem(ClusteringConfig(**SMALL, batch=128)).draw_interval is None  # nothing to shuffle
 
 
 def test_a_resumed_shuffled_run_is_the_uninterrupted_run(tmp_path, monkeypatch):
     """The epoch's shuffle comes from the data key in the checkpointed state, so a run that
     crashes after its first chunk and resumes logs the uninterrupted run's rows bit for bit."""
     cfg = ClusteringConfig(
-        length=8,
-        sparsity=3,
-        width=8,
-        train_size=128,
-        test_size=64,
-        batch=32,
-        epochs=4,
-        epochs_per_chunk=2,
-        hessian_iterations=0,
-        seeds=2,
+        **SMALL, width=8, epochs=4, epochs_per_chunk=2, hessian_iterations=0, seeds=2
     )
     full, _ = load(run(cfg, RunOutput(out=tmp_path / "full", quiet=True)))
-    original = RunStore.save_checkpoint
-    calls = {"n": 0}
-
-    def flaky(self, state, step, rows):
-        calls["n"] += 1
-        if calls["n"] == 3:  # step 0, the first chunk's end, then the second chunk's is lost
-            raise OSError("disk went away")
-        return original(self, state, step, rows)
-
-    monkeypatch.setattr(RunStore, "save_checkpoint", flaky)
-    with pytest.raises(OSError):
+    # checkpoints at step 0, at the first chunk's end, then the second chunk's is lost
+    with losing_checkpoint(monkeypatch, 3), pytest.raises(OSError):
         run(cfg, RunOutput(out=tmp_path / "crash", quiet=True))
-    monkeypatch.setattr(RunStore, "save_checkpoint", original)
     crash = tmp_path / "crash"
     resumed, _ = load(run(cfg, RunOutput(out=crash, quiet=True, resume=crash)))
     assert resumed.sizes["step"] == full.sizes["step"] == 5
@@ -489,7 +473,7 @@ def test_runs_differing_only_in_lr_share_one_program():
     the same text (one compile for the ablation's lr axis), and each state carries its own lr."""
     texts, rates = [], []
     for lr in (3e-3, 1e-2):
-        cfg = ClusteringConfig(length=8, sparsity=3, train_size=128, test_size=64, lr=lr)
+        cfg = ClusteringConfig(**SMALL, lr=lr)
         prob, opt = problem(cfg), optimizer(cfg)
         state = _initial_state(prob, opt, seed_streams([0]))
         program, consts, identity = _chunk_program(prob, opt, cfg.schedule, state)
