@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from simulate.incremental.full_transformer import FullTransformer
 from simulate.incremental.markov_training import MarkovTrainConfig, optimizer, problem
-from simulate.train import optimizer_step
+from simulate.train import optimizer_step, step_data
 
 PAPER_BATCH = 3000
 
@@ -49,8 +49,9 @@ def paper_config(model: str, batch: int = PAPER_BATCH, **kw) -> MarkovTrainConfi
 class Step:
     """A jitted training step ``(params, opt_state, data) -> (params, opt_state, loss)``, the
     state to start it from and one step's data: a data key, or, for a problem that draws a logged
-    interval at once (``Problem.draw_interval``), the first step's slice of such a draw, made
-    outside the step so that its FLOP count is the step's own."""
+    interval at once (``Problem.draw_interval``) or a step's data from the run's key
+    (``Problem.draw_step``), the first step's data, made outside the step so that its FLOP count
+    is the step's own."""
 
     fn: Callable
     params: Any
@@ -72,6 +73,8 @@ def step_of(prob: Any, opt: Any) -> Step:
     data = jax.random.PRNGKey(1)
     if prob.draw_interval is not None:
         data = jax.tree_util.tree_map(lambda x: x[0], prob.draw_interval(data))
+    elif prob.draw_step is not None:
+        data = step_data(prob, data, 0)[1]
     return Step(jax.jit(step), params, opt.init(params), params, data)
 
 

@@ -51,7 +51,12 @@ class Problem:
     With ``draw_interval``, ``draw_interval(data_key)`` draws the data of a whole logged interval
     at once, every leaf with a leading axis of the schedule's ``log_every`` (one shuffle of a
     training set cut into minibatches: a data loader's epoch), and ``loss_and_direction`` gets
-    the step's slice of it in place of a key."""
+    the step's slice of it in place of a key. With ``draw_step``, ``draw_step(key, step) -> (key,
+    data)`` draws step ``step``'s data from the run's data key and returns the key the next step
+    gets (by default the trainer splits the key at every step): a data loader's epoch of k steps
+    keeps one key for its k steps, recomputes its permutation from it at each of them and moves to
+    a new key after the last, so epochs need not line up with logged intervals and the state
+    carries nothing but the key; ``loss_and_direction`` gets the data in place of a key."""
 
     init: Callable[[jax.Array, jax.Array], Any]
     loss_and_direction: Callable[[Any, Any], tuple[jax.Array, Any]]
@@ -61,6 +66,11 @@ class Problem:
     coords: dict[str, Any] = field(default_factory=dict)
     observe_optimizer: bool = False
     draw_interval: Callable[[jax.Array], Any] | None = None
+    draw_step: Callable[[jax.Array, jax.Array], tuple[jax.Array, Any]] | None = None
+
+    def __post_init__(self):
+        if self.draw_interval is not None and self.draw_step is not None:
+            raise ValueError("a problem draws its data per interval or per step, not both")
 
     def observation(self, params: Any, opt_state: Any) -> dict[str, jax.Array]:
         """The logged observables of one seed's state."""
@@ -187,6 +197,18 @@ def _update_text(
     return text and f"{jax.tree_util.tree_structure(shape)}\n{text}\n{digest.hexdigest()}"
 
 
+def step_data(problem: Problem, key: jax.Array, step: jax.Array | int) -> tuple[jax.Array, Any]:
+    """``(key, data)``: the data of step ``step`` drawn from the run's data key ``key`` as the
+    trainer draws it, and the key of the next step, for code that replays a run's steps outside
+    the trainer (``Problem.draw_step``, or by default a split of the key)."""
+    if problem.draw_interval is not None:
+        raise ValueError("a problem that draws whole intervals is replayed by the trainer only")
+    if problem.draw_step is not None:
+        return problem.draw_step(key, jnp.asarray(step, jnp.int32))
+    key, data = jax.random.split(key)
+    return key, data
+
+
 def optimizer_step(
     loss_and_direction: Callable,
     optimizer: optax.GradientTransformation,
@@ -241,7 +263,7 @@ def _chunk_program(
     schedule), the key of ``simulate.program_store``."""
     # shapes only: the problem is traced, never run, at one seed's state
     one = jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s), state)
-    step_data, draw, draw_consts, draw_text = one[2], None, [], ""
+    step_shape, draw, draw_consts, draw_text = one[2], None, [], ""
     if problem.draw_interval is not None:
         draw, draw_consts, draw_text, interval = _hoisted(problem.draw_interval, one[2])
         lengths = {x.shape[0] for x in jax.tree_util.tree_leaves(interval)}
@@ -250,11 +272,13 @@ def _chunk_program(
                 f"draw_interval gives leading axes {sorted(lengths)}, "
                 f"expected the {schedule.log_every} steps of a logged interval"
             )
-        step_data = jax.tree_util.tree_map(
+        step_shape = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), interval
         )
+    elif problem.draw_step is not None:
+        draw, draw_consts, draw_text, (_, step_shape) = _hoisted(problem.draw_step, one[2], one[3])
     loss_and_direction, ld_consts, ld_text, (_, direction) = _hoisted(
-        problem.loss_and_direction, one[0], step_data
+        problem.loss_and_direction, one[0], step_shape
     )
     observation, obs_consts, obs_text, row_shapes = _hoisted(problem.observation, one[0], one[1])
     identity = (
@@ -267,11 +291,15 @@ def _chunk_program(
     rows = schedule.chunk // schedule.log_every
 
     def one_step(consts, carry, data):
+        ld, dr = consts
         params, opt_state, key, step, bad, bad_kind = carry
-        if data is None:  # the step draws its own data from the key
+        if problem.draw_step is not None:
+            assert draw is not None  # hoisted above
+            key, data = draw(dr, key, step)
+        elif data is None:  # the step draws its own data from the key
             key, data = jax.random.split(key)
         params, opt_state, loss = optimizer_step(
-            partial(loss_and_direction, consts), optimizer, params, opt_state, data
+            partial(loss_and_direction, ld), optimizer, params, opt_state, data
         )
         loss_ok, params_ok = jnp.isfinite(loss), _all_finite(params)
         first = (bad < 0) & ~(loss_ok & params_ok)
@@ -283,17 +311,18 @@ def _chunk_program(
         ld, obs, dr = consts
 
         def steps(carry):
-            if draw is None:
+            if problem.draw_interval is None:
                 carry, _ = jax.lax.scan(
-                    lambda c, _: (one_step(ld, c, None), None),
+                    lambda c, _: (one_step((ld, dr), c, None), None),
                     carry,
                     None,
                     length=schedule.log_every,
                 )
                 return carry
+            assert draw is not None  # hoisted above
             key, sub = jax.random.split(carry[2])
             carry, _ = jax.lax.scan(
-                lambda c, d: (one_step(ld, c, d), None),
+                lambda c, d: (one_step((ld, dr), c, d), None),
                 (*carry[:2], key, *carry[3:]),
                 draw(dr, sub),
             )

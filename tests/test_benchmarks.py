@@ -193,3 +193,16 @@ def test_the_paper_projection_counts_a_shuffled_clustering_step_by_its_minibatch
     )
     ratio = step_flops(dataclasses.replace(small, batch=64)) / step_flops(small)
     assert 1.8 < ratio < 2.0
+
+
+def test_the_paper_projection_counts_a_shuffled_markov_step_by_its_minibatch():
+    """A problem that draws a step's data from the run's key (``Problem.draw_step``: the Markov
+    chain's shuffled epochs) is counted on that step's minibatch: doubling it doubles the
+    forward and backward, not the permutation of the training set or AdamW's update."""
+    from benchmarks.paper import step_flops
+    from simulate.incremental.markov_training import MarkovTrainConfig
+
+    small = MarkovTrainConfig(vocab=8, blocks=(2, 2), train_size=512, batch=64, validation=32)
+    assert small.shuffled
+    ratio = step_flops(dataclasses.replace(small, batch=128)) / step_flops(small)
+    assert 1.8 < ratio < 2.05

@@ -11,7 +11,7 @@ import pytest
 from simulate.incremental.head_training import HeadTrainConfig, problem, run
 from simulate.runner import RunOutput
 from simulate.store import RunStore, load, read_summary
-from simulate.train import Problem, Schedule, _chunk_program, seed_streams, train
+from simulate.train import Problem, Schedule, _chunk_program, seed_streams, step_data, train
 from tests.checkpoints import losing_checkpoint
 
 SMALL = {
@@ -253,3 +253,59 @@ def test_an_interval_draw_of_the_wrong_length_is_refused():
     schedule = Schedule(steps=12, log_every=4, chunk=12)
     with pytest.raises(ValueError, match="expected the 4 steps"):
         train(_interval_problem(6), optax.sgd(1.0), schedule, [0], None, progress=False)
+
+
+def _step_problem(epoch):
+    """The parameters count what each step is given: ``draw_step`` hands step t the pair (t, a
+    uniform number drawn from the key) and keeps the key for an epoch's steps; ``w[0]`` sums the
+    steps, ``w[1]`` the numbers."""
+
+    def draw_step(key, step):
+        last = jax.numpy.mod(step, epoch) == epoch - 1
+        next_key = jax.numpy.where(last, jax.random.split(key)[0], key)
+        return next_key, (step, jax.random.uniform(key, dtype=jax.numpy.float64))
+
+    def loss_and_direction(w, data):
+        step, number = data
+        return w[0], -jax.numpy.stack([step.astype(w.dtype), number])
+
+    return Problem(
+        lambda k, n: jax.numpy.zeros(2),
+        loss_and_direction,
+        lambda w: {"steps": w[0], "numbers": w[1]},
+        {"steps": (), "numbers": ()},
+        draw_step=draw_step,
+    )
+
+
+def test_a_step_draw_sees_the_global_step_across_chunks_and_carries_its_key():
+    """Epochs of 3 steps, logged every 5 and chunked by 10: each step gets its own index, chunk
+    after chunk, and the data key is the one ``draw_step`` returned (``step_data`` replays it)."""
+    epoch, schedule = 3, Schedule(steps=30, log_every=5, chunk=10)
+    problem_ = _step_problem(epoch)
+    result = train(problem_, optax.sgd(1.0), schedule, [0, 1], None, progress=False)
+    steps = result.dataset["step"].values
+    for seed in range(2):
+        np.testing.assert_array_equal(result.dataset["steps"].values[seed], steps * (steps - 1) / 2)
+        key, numbers = seed_streams([seed])["data"][0], []
+        for t in range(30):
+            key, (_, number) = step_data(problem_, key, t)
+            numbers.append(float(number))
+        per_epoch = np.reshape(numbers, (-1, epoch))
+        assert np.all(per_epoch == per_epoch[:, :1])  # one key for an epoch's steps
+        assert len(set(per_epoch[:, 0])) == 30 // epoch  # a new one for every epoch
+        np.testing.assert_allclose(
+            result.dataset["numbers"].values[seed], np.concatenate([[0], np.cumsum(numbers)])[steps]
+        )
+
+
+def test_a_problem_drawing_per_interval_and_per_step_is_refused():
+    with pytest.raises(ValueError, match="per interval or per step"):
+        Problem(
+            lambda k, n: jax.numpy.zeros(1),
+            lambda w, d: (w[0], w),
+            lambda w: {},
+            {},
+            draw_interval=lambda key: key,
+            draw_step=lambda key, step: (key, step),
+        )

@@ -117,7 +117,13 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     """n: a fixed training set of n sequences (drawn once from the teacher, shared by all seeds);
     None: online, fresh sequences every step."""
     batch: int = 512
-    """sequences per step; with a training set, min(batch, n) drawn without replacement."""
+    """sequences per step; with a training set, see ``minibatches``."""
+    minibatches: Literal["epoch", "step"] = "epoch"
+    """with a training set of n > batch: epoch: one permutation of the n sequences per epoch, cut
+    into ceil(n / batch) minibatches, the last one short when batch does not divide n (the
+    official code's RandomSampler without replacement; 3 steps per epoch at n = 9000); step:
+    batch distinct sequences drawn anew at every step, independently across steps (stagewise's
+    rule before 2026-12-07)."""
     validation: int = 512
     """validation sequences (fixed, drawn once from the teacher)."""
     precision: Literal["auto", "float32", "float64"] = "auto"
@@ -225,6 +231,9 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
             self.train_size,
             "None (online) or an integer >= 1",
         )
+        require(
+            self.minibatches in ("epoch", "step"), "minibatches", self.minibatches, "epoch or step"
+        )
         require(self.batch >= 1, "batch", self.batch, "an integer >= 1")
         require(self.validation >= 1, "validation", self.validation, "an integer >= 1")
         require(
@@ -292,6 +301,20 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     @property
     def minibatch(self) -> int:
         return self.batch if self.train_size is None else min(self.batch, self.train_size)
+
+    @property
+    def shuffled(self) -> bool:
+        """Minibatches are cut from one permutation of the training set per epoch."""
+        return (
+            self.train_size is not None
+            and self.batch < self.train_size
+            and self.minibatches == "epoch"
+        )
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """ceil(n / minibatch) with a training set, else 1 (every step draws fresh data)."""
+        return 1 if self.train_size is None else -(-self.train_size // self.minibatch)
 
 
 def build_model(cfg: MarkovTrainConfig, key: jax.Array) -> MinimalTransformer | FullTransformer:
@@ -394,8 +417,13 @@ def _draw_data(task: MarkovSetting, teacher_seed, validation: int, train_size: i
     return A, val, train, train[: min(train_size, validation)]
 
 
-def _nll(logp, targets):
-    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+def _nll(logp, targets, weight=None):
+    """Mean negative log-likelihood over sequences and positions (sequences weighted by
+    ``weight`` and divided by its sum, when given)."""
+    picked = jnp.take_along_axis(logp, targets[..., None], axis=-1)
+    if weight is None:
+        return -jnp.mean(picked)
+    return -jnp.sum(weight * jnp.mean(picked, axis=(1, 2))) / jnp.sum(weight)
 
 
 def _kl(ref, logp):
@@ -531,6 +559,28 @@ def problem(cfg: MarkovTrainConfig, data: MarkovData | None = None) -> Problem:
             lambda m: _nll(log_probs(m, task, seqs, dropout_key), seqs[:, w:])
         )(model)
 
+    steps, batch = cfg.steps_per_epoch, cfg.minibatch
+
+    def epoch_step(key, step):
+        """Step ``step``'s minibatch of its epoch (the epoch's permutation recomputed from the
+        key the epoch keeps; padded rows weighted 0) and the key of the next step."""
+        assert data.train is not None and cfg.train_size is not None  # shuffled: a training set
+        shuffle_key, dropout_root, next_key = jax.random.split(key, 3)
+        k = step % steps
+        pad = steps * batch - cfg.train_size
+        shuffle = jax.random.permutation(shuffle_key, cfg.train_size)
+        order = jnp.concatenate([shuffle, jnp.zeros(pad, shuffle.dtype)]).reshape(steps, batch)
+        weight = (jnp.arange(steps * batch) < cfg.train_size).astype(dtype).reshape(steps, batch)
+        batch_data = (data.train[order[k]], weight[k], jax.random.fold_in(dropout_root, k))
+        return jnp.where(k == steps - 1, next_key, key), batch_data
+
+    def loss_and_direction_on(model, batch_data):
+        seqs, weight, dropout_key = batch_data
+        dropout_key = dropout_key if cfg.model == "full" else None
+        return jax.value_and_grad(
+            lambda m: _nll(log_probs(m, task, seqs, dropout_key), seqs[:, w:], weight)
+        )(model)
+
     def observe(model):
         logits, attn = jax.vmap(model.logits_and_attention)(val[:, :-1])
         logp = jax.nn.log_softmax(logits[:, w - 1 :])
@@ -578,7 +628,14 @@ def problem(cfg: MarkovTrainConfig, data: MarkovData | None = None) -> Problem:
     }
     if baselines:
         coords["baseline"] = np.array([c for c, _ in baselines])
-    return Problem(init, loss_and_direction, observe, dims, coords)
+    return Problem(
+        init,
+        loss_and_direction_on if cfg.shuffled else loss_and_direction,
+        observe,
+        dims,
+        coords,
+        draw_step=epoch_step if cfg.shuffled else None,
+    )
 
 
 LADDER_RULE = (
@@ -721,10 +778,15 @@ def run(cfg: MarkovTrainConfig, output: RunOutput = RunOutput()) -> Path | Train
             "teacher_rule": "teacher, validation set, training set and "
             "online train probe from key(teacher_seed) and "
             "its fold_in 1, 2 and 3",
-            "minibatch_rule": "online: batch fresh sequences per step; "
-            "training set of n: min(batch, n) distinct "
-            "sequences drawn uniformly each step, "
-            "independently across steps",
+            "minibatch_rule": "online: batch fresh sequences per step; training set of n: "
+            + (
+                "one permutation of the n sequences per epoch cut into ceil(n / batch) "
+                "minibatches, the last one short when batch does not divide n "
+                "(min(batch, n) = n: the whole set every step)"
+                if cfg.minibatches == "epoch"
+                else "min(batch, n) distinct sequences drawn uniformly each step, "
+                "independently across steps"
+            ),
         },
     )
 

@@ -39,7 +39,7 @@ from simulate.incremental.markov_training import (
     problem,
 )
 from simulate.measure.fits import linear_slope
-from simulate.train import optimizer_step, seed_streams
+from simulate.train import optimizer_step, seed_streams, step_data
 from theory.incremental.splitting import splitting_rate
 from theory.validation import require
 
@@ -115,16 +115,16 @@ def _states_at(cfg: MarkovTrainConfig, steps: list[int]):
     params = prob.init(keys["init"][0], keys["noise"][0])
 
     def one(carry, _):
-        params, state, key = carry
-        key, sub = jax.random.split(key)
-        params, state, _ = optimizer_step(prob.loss_and_direction, opt, params, state, sub)
-        return (params, state, key), None
+        params, state, key, step = carry
+        key, data = step_data(prob, key, step)
+        params, state, _ = optimizer_step(prob.loss_and_direction, opt, params, state, data)
+        return (params, state, key, step + 1), None
 
     @partial(jax.jit, static_argnums=1)
     def advance(carry, length):
         return jax.lax.scan(one, carry, None, length=length)[0]
 
-    carry, done = (params, opt.init(params), keys["data"][0]), 0
+    carry, done = (params, opt.init(params), keys["data"][0], jnp.int32(0)), 0
     for step in steps:
         carry, done = advance(carry, step - done), step
         yield carry[0], carry[1]

@@ -43,7 +43,7 @@ from simulate.incremental.markov_training import (
 )
 from simulate.incremental.plateau_splitting import symmetric_copy
 from simulate.measure.fits import linear_slope
-from simulate.train import optimizer_step, seed_streams
+from simulate.train import optimizer_step, seed_streams, step_data
 from theory.validation import require
 
 EPS_ROOT = 1e-30
@@ -124,14 +124,14 @@ def tangent_splits(
     delta = jax.tree.map(lambda a, b: a - b, unit, twin_start)
 
     def one(carry, _):
-        params, state, d_params, d_state, key = carry
-        key, sub = jax.random.split(key)
+        params, state, d_params, d_state, key, step = carry
+        key, data = step_data(prob, key, step)
 
-        def step(params, state):
-            return optimizer_step(prob.loss_and_direction, opt, params, state, sub)[:2]
+        def update(params, state):
+            return optimizer_step(prob.loss_and_direction, opt, params, state, data)[:2]
 
-        (params, state), (d_params, d_state) = jax.jvp(step, (params, state), (d_params, d_state))
-        return (params, state, d_params, d_state, key), None
+        (params, state), (d_params, d_state) = jax.jvp(update, (params, state), (d_params, d_state))
+        return (params, state, d_params, d_state, key, step + 1), None
 
     def mass(model):
         return prob.observe(model)["block_mass"][0]  # (head, block), the last query
@@ -143,7 +143,14 @@ def tangent_splits(
         return carry, m, dm
 
     q = np.asarray(scales, float)[:, None, None]
-    carry = (twin_start, state, delta, jax.tree.map(_zero_tangent, state), keys["data"][0])
+    carry = (
+        twin_start,
+        state,
+        delta,
+        jax.tree.map(_zero_tangent, state),
+        keys["data"][0],
+        jnp.int32(0),
+    )
     steps, widest, narrowest = [], [], []
     gap = narrowest if until_apart else widest
     for step in range(cfg.log_every, cfg.steps + 1, cfg.log_every):

@@ -1,6 +1,7 @@
 """The markov experiment through the run store (tiny settings): observables, finite data,
 optimisers, precision, exact head symmetry, learned c-gram baselines, bad input."""
 
+import json
 import subprocess
 import sys
 from dataclasses import fields, replace
@@ -30,7 +31,8 @@ from simulate.incremental.markov_training import (
 )
 from simulate.runner import RunOutput
 from simulate.store import RunStore, load, read_summary
-from simulate.train import seed_streams
+from simulate.train import seed_streams, step_data
+from tests.checkpoints import losing_checkpoint
 from tests.xla_flags import optimised_env
 from theory.validation import ConfigError
 
@@ -191,6 +193,81 @@ def test_finite_training_set_is_overfitted(tmp_path):
     assert train[-1] < 0.5 * val[-1]
     online = markov_data(replace(cfg, train_size=None))
     assert online.train is None and not np.array_equal(online.probe, online.validation)
+
+
+SHUFFLED = {**TINY, "train_size": 10, "batch": 4}
+"""A training set of 10 sequences in minibatches of 4: epochs of 3 steps, the last one short."""
+
+
+@pytest.mark.parametrize("batch", [4, 5])
+@settings(max_examples=10, deadline=None)
+@given(key=st.integers(0, 2**31 - 1))
+def test_each_epoch_is_one_shuffle_of_the_training_set(batch, key):
+    """minibatches = epoch: the ceil(n / batch) steps of an epoch see every training sequence
+    once (padded rows weighted 0), all from the one key the epoch keeps; the next epoch gets a
+    new key and a new order."""
+    cfg = MarkovTrainConfig(**{**SHUFFLED, "batch": batch})
+    data = markov_data(cfg)
+    prob = problem(cfg, data)
+    steps = -(-10 // batch)
+    assert cfg.shuffled and cfg.steps_per_epoch == steps
+    train = {tuple(row): i for i, row in enumerate(np.asarray(data.train).tolist())}
+    assert len(train) == 10  # distinct sequences, so each is known by its tokens
+    epoch_key, orders = jax.random.PRNGKey(key), []
+    for _ in range(2):
+        seen, key_ = [], epoch_key
+        for k in range(steps):
+            assert k == 0 or np.array_equal(key_, epoch_key)  # kept for the epoch's steps
+            key_, (seqs, weight, _) = step_data(prob, key_, k)
+            assert seqs.shape == (batch, cfg.length) and set(np.asarray(weight)) <= {0.0, 1.0}
+            seen += [train[tuple(r)] for r, w in zip(np.asarray(seqs).tolist(), weight) if w > 0]
+        assert sorted(seen) == list(range(10))
+        assert not np.array_equal(key_, epoch_key)
+        orders.append(seen)
+        epoch_key = key_
+    assert orders[0] != orders[1]
+
+
+def test_the_step_rule_full_batch_and_online_draw_no_epoch():
+    assert problem(MarkovTrainConfig(**SHUFFLED, minibatches="step")).draw_step is None
+    assert problem(MarkovTrainConfig(**{**SHUFFLED, "batch": 10})).draw_step is None
+    assert problem(MarkovTrainConfig(**TINY)).draw_step is None
+
+
+def test_a_short_last_minibatch_weighs_only_its_real_sequences():
+    """The padded rows of an epoch's short last minibatch carry weight 0: its loss is the mean
+    over the real sequences alone."""
+    cfg = MarkovTrainConfig(**SHUFFLED)
+    data = markov_data(cfg)
+    prob = problem(cfg, data)
+    model = build_model(cfg, seed_streams([0])["init"][0])
+    key = jax.random.PRNGKey(3)
+    for k in range(2):
+        key, _ = step_data(prob, key, k)
+    _, (seqs, weight, dropout) = step_data(prob, key, 2)
+    real = np.asarray(weight) > 0
+    assert real.sum() == 2
+    loss, _ = prob.loss_and_direction(model, (seqs, weight, dropout))
+    alone, _ = prob.loss_and_direction(model, (seqs[real], weight[real], dropout))
+    assert float(loss) == pytest.approx(float(alone), rel=1e-6)
+
+
+def test_a_resumed_shuffled_run_is_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Epochs of 3 steps across chunks of 20: the epoch's key is in the checkpointed state, so a
+    run that crashes after its first chunk and resumes logs the uninterrupted run's rows bit for
+    bit."""
+    cfg = MarkovTrainConfig(**SHUFFLED)
+    full, _ = load(run(cfg, RunOutput(out=tmp_path / "full", quiet=True)))
+    # checkpoints at step 0, at the first chunk's end, then the second chunk's is lost
+    with losing_checkpoint(monkeypatch, 3), pytest.raises(OSError):
+        run(cfg, RunOutput(out=tmp_path / "crash", quiet=True))
+    crash = tmp_path / "crash"
+    resumed, _ = load(run(cfg, RunOutput(out=crash, quiet=True, resume=crash)))
+    assert resumed.sizes["step"] == full.sizes["step"] == 5
+    for name in full.data_vars:
+        np.testing.assert_array_equal(resumed[name].values, full[name].values)
+    seeds = json.loads((crash / "config.json").read_text())["seeds"]
+    assert "one permutation" in seeds["minibatch_rule"]
 
 
 def test_gd_step_is_params_minus_lr_times_gradient(tmp_path):
@@ -390,6 +467,7 @@ def test_baselines_of_another_teacher_are_refused(baselines):
         (["--attention", "content"], "attention"),
         (["--model", "full", "--heads", "3", "--attention", "positional"], "attention"),
         (["--train-size", "0"], "train_size"),
+        (["--minibatches", "epochs"], "minibatches"),
         (["--model", "full", "--heads", "2"], "heads"),
         (["--model", "full", "--generated", "60"], "generated"),
         (["--baselines", "/nonexistent/run"], "baselines"),

@@ -7,9 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulate.incremental.markov_training import MarkovTrainConfig, problem, split_step
+from simulate.incremental.markov_training import MarkovTrainConfig, problem, run, split_step
 from simulate.incremental.plateau_splitting import _states_at
 from simulate.incremental.tangent_split import TangentSplit, tangent_split, tangent_splits
+from simulate.runner import RunOutput
+from simulate.store import load
 from theory.validation import ConfigError
 
 TINY = MarkovTrainConfig(
@@ -36,18 +38,29 @@ def _run_spread(cfg: MarkovTrainConfig) -> tuple[np.ndarray, np.ndarray]:
     return mass, (mass.max(axis=1) - mass.min(axis=1)).max(axis=-1)
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-def test_first_order_masses_are_the_runs_while_the_split_is_small(optimizer):
+@pytest.mark.parametrize("optimizer,train_size", [("adamw", None), ("sgd", None), ("adamw", 100)])
+def test_first_order_masses_are_the_runs_while_the_split_is_small(optimizer, train_size):
     """At q = 1e-6 the run's head spread over its first 60 steps is the tangent's to O(q): the
     forward-mode step carries AdamW's preconditioner (taken with sqrt(v + 1e-30), the run's with
-    sqrt(v)) and SGD's momentum exactly."""
-    cfg = replace(TINY, optimizer=optimizer)
+    sqrt(v)) and SGD's momentum exactly, online and on a training set's shuffled epochs."""
+    cfg = replace(TINY, optimizer=optimizer, train_size=train_size)
     first = tangent_split(cfg)
     _, spread = _run_spread(cfg)
     assert np.isnan(first.split)  # far from split within 60 steps
     np.testing.assert_array_equal(first.steps, np.arange(10, 61, 10))
     assert np.all(spread > 0)
     np.testing.assert_allclose(first.spread, spread, rtol=1e-5)
+
+
+def test_the_replayed_steps_are_the_trainers_on_a_shuffled_training_set(tmp_path):
+    """The steps the first-order split and the run's spread replay outside the trainer
+    (``simulate.train.step_data``) are the trainer's: 100 training sequences in epochs of two
+    minibatches (64 and a short 36), the run's logged block masses to float64 rounding."""
+    cfg = replace(TINY, train_size=100)
+    assert cfg.shuffled and cfg.steps_per_epoch == 2
+    mass, _ = _run_spread(cfg)
+    ds, _ = load(run(cfg, RunOutput(out=tmp_path / "r", quiet=True)))
+    np.testing.assert_allclose(mass, ds["block_mass"].values[0, 1:, 0], rtol=1e-9, atol=1e-12)
 
 
 def test_one_tangent_serves_every_query_scale():
