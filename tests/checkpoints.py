@@ -1,11 +1,15 @@
 """A checkpoint lost on its way to disk, for the trainer's resume tests."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
+import xarray as xr
 
-from simulate.store import RunStore
+from simulate.runner import RunOutput
+from simulate.store import RunStore, load
 
 
 @contextmanager
@@ -26,3 +30,17 @@ def losing_checkpoint(monkeypatch: pytest.MonkeyPatch, nth: int) -> Iterator[Non
         yield
     finally:
         monkeypatch.setattr(RunStore, "save_checkpoint", original)
+
+
+def uninterrupted_and_resumed(
+    run: Callable[..., Any], cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[xr.Dataset, xr.Dataset]:
+    """The rows of ``run(cfg, output)`` straight through (in ``tmp_path / "full"``), and of the
+    same run crashed by losing its third checkpoint (the first two: step 0 and the first chunk's
+    end) and then resumed (in ``tmp_path / "crash"``)."""
+    full, _ = load(run(cfg, RunOutput(out=tmp_path / "full", quiet=True)))
+    with losing_checkpoint(monkeypatch, 3), pytest.raises(OSError):
+        run(cfg, RunOutput(out=tmp_path / "crash", quiet=True))
+    crash = tmp_path / "crash"
+    resumed, _ = load(run(cfg, RunOutput(out=crash, quiet=True, resume=crash)))
+    return full, resumed

@@ -45,7 +45,7 @@ from simulate.experiments import EXPERIMENTS
 from simulate.runner import RunOutput
 from simulate.store import load, read_summary
 from simulate.train import _chunk_program, _initial_state, seed_streams
-from tests.checkpoints import losing_checkpoint
+from tests.checkpoints import uninterrupted_and_resumed
 from theory.clustering_head import symmetry as cs
 from theory.validation import ConfigError
 
@@ -457,12 +457,7 @@ def test_a_resumed_shuffled_run_is_the_uninterrupted_run(tmp_path, monkeypatch):
     cfg = ClusteringConfig(
         **SMALL, width=8, epochs=4, epochs_per_chunk=2, hessian_iterations=0, seeds=2
     )
-    full, _ = load(run(cfg, RunOutput(out=tmp_path / "full", quiet=True)))
-    # checkpoints at step 0, at the first chunk's end, then the second chunk's is lost
-    with losing_checkpoint(monkeypatch, 3), pytest.raises(OSError):
-        run(cfg, RunOutput(out=tmp_path / "crash", quiet=True))
-    crash = tmp_path / "crash"
-    resumed, _ = load(run(cfg, RunOutput(out=crash, quiet=True, resume=crash)))
+    full, resumed = uninterrupted_and_resumed(run, cfg, tmp_path, monkeypatch)
     assert resumed.sizes["step"] == full.sizes["step"] == 5
     for name in full.data_vars:
         np.testing.assert_array_equal(resumed[name].values, full[name].values)

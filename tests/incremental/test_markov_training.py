@@ -32,7 +32,7 @@ from simulate.incremental.markov_training import (
 from simulate.runner import RunOutput
 from simulate.store import RunStore, load, read_summary
 from simulate.train import seed_streams, step_data
-from tests.checkpoints import losing_checkpoint
+from tests.checkpoints import uninterrupted_and_resumed
 from tests.xla_flags import optimised_env
 from theory.validation import ConfigError
 
@@ -256,17 +256,13 @@ def test_a_resumed_shuffled_run_is_the_uninterrupted_run(tmp_path, monkeypatch):
     """Epochs of 3 steps across chunks of 20: the epoch's key is in the checkpointed state, so a
     run that crashes after its first chunk and resumes logs the uninterrupted run's rows bit for
     bit."""
-    cfg = MarkovTrainConfig(**SHUFFLED)
-    full, _ = load(run(cfg, RunOutput(out=tmp_path / "full", quiet=True)))
-    # checkpoints at step 0, at the first chunk's end, then the second chunk's is lost
-    with losing_checkpoint(monkeypatch, 3), pytest.raises(OSError):
-        run(cfg, RunOutput(out=tmp_path / "crash", quiet=True))
-    crash = tmp_path / "crash"
-    resumed, _ = load(run(cfg, RunOutput(out=crash, quiet=True, resume=crash)))
+    full, resumed = uninterrupted_and_resumed(
+        run, MarkovTrainConfig(**SHUFFLED), tmp_path, monkeypatch
+    )
     assert resumed.sizes["step"] == full.sizes["step"] == 5
     for name in full.data_vars:
         np.testing.assert_array_equal(resumed[name].values, full[name].values)
-    seeds = json.loads((crash / "config.json").read_text())["seeds"]
+    seeds = json.loads((tmp_path / "crash" / "config.json").read_text())["seeds"]
     assert "one permutation" in seeds["minibatch_rule"]
 
 
