@@ -8,7 +8,8 @@ validation to the learned 4-, 8- and 12-gram baselines, one curve per size, with
 each size's early-stopping step (argmin of the validation loss).
 
 Conventions (spec §8.7-8.8, documented in the summary): spans (4, 4, 4), which the figure's
-4/8/12-gram labels imply; minibatch min(batch, n); the minimal model keeps the authors' default
+4/8/12-gram labels imply; minibatches of min(batch, n), one shuffle of the training set per epoch
+(``MarkovTrainConfig.minibatches``); the minimal model keeps the authors' default
 Xavier initialisation (query_scale = None); the learned baselines are trained once, online (fresh
 sequences every step, ``online_batch`` per step), so that every size is compared with the same
 best-in-class predictors of the population rather than of one training set.
@@ -64,7 +65,8 @@ class DatasetSizeConfig(FigureOptions):
         blocks=(4, 4, 4), query_scale=None, batch=3000, validation=3000, steps=1000
     )
     """the students' training setting (one seed; the authors' default Xavier initialisation,
-    the paper's AdamW learning rate 0.08; batch: min(batch, n) without replacement)."""
+    the paper's AdamW learning rate 0.08; minibatches of min(batch, n), one shuffle of the
+    training set per epoch by default)."""
     sizes: tuple[int, ...] = (600, 2000, 9000)
     """training-set sizes n (sequences)."""
     online: bool = True
@@ -230,7 +232,7 @@ def compute(cfg: DatasetSizeConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
             "learning_rate": base.learning_rate,
             "query_scale": cfg.train.query_scale,
             "quick": cfg.quick,
-            "minibatch_rule": "min(batch, n) without replacement; online_batch online",
+            "minibatch_rule": markov_training.minibatch_rule(cfg.student(None)),
         },
         "bayes_loss": bayes,
         "yardstick_losses": runs[0][2]["yardstick_losses"],

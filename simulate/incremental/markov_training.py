@@ -763,6 +763,18 @@ def class_levels(task: MarkovSetting, baselines: dict[int, str], bayes: float) -
     return [math.log(task.vocab), *learned, float(bayes)]
 
 
+def minibatch_rule(cfg: MarkovTrainConfig) -> str:
+    """How a run of ``cfg`` draws its minibatches (``MarkovTrainConfig.minibatches``)."""
+    finite = (
+        "one permutation of the n sequences per epoch cut into ceil(n / batch) minibatches, "
+        "the last one short when batch does not divide n (n <= batch: the whole set every step)"
+        if cfg.minibatches == "epoch"
+        else "min(batch, n) distinct sequences drawn uniformly each step, independently across "
+        "steps"
+    )
+    return f"online: batch fresh sequences per step; training set of n: {finite}"
+
+
 def run(cfg: MarkovTrainConfig, output: RunOutput = RunOutput()) -> Path | TrainResult:
     """Run (or resume) the experiment into ``output.out``; returns the run directory."""
     data = markov_data(cfg)
@@ -778,15 +790,7 @@ def run(cfg: MarkovTrainConfig, output: RunOutput = RunOutput()) -> Path | Train
             "teacher_rule": "teacher, validation set, training set and "
             "online train probe from key(teacher_seed) and "
             "its fold_in 1, 2 and 3",
-            "minibatch_rule": "online: batch fresh sequences per step; training set of n: "
-            + (
-                "one permutation of the n sequences per epoch cut into ceil(n / batch) "
-                "minibatches, the last one short when batch does not divide n "
-                "(min(batch, n) = n: the whole set every step)"
-                if cfg.minibatches == "epoch"
-                else "min(batch, n) distinct sequences drawn uniformly each step, "
-                "independently across steps"
-            ),
+            "minibatch_rule": minibatch_rule(cfg),
         },
     )
 
