@@ -117,7 +117,7 @@ class MarkovTrainConfig(MarkovSetting, RunOptions):
     """n: a fixed training set of n sequences (drawn once from the teacher, shared by all seeds);
     None: online, fresh sequences every step."""
     batch: int = 512
-    """sequences per step; with a training set, see ``minibatches``."""
+    """sequences per step; with a training set of n, min(batch, n), drawn as --minibatches says."""
     minibatches: Literal["epoch", "step"] = "epoch"
     """with a training set of n > batch: epoch: one permutation of the n sequences per epoch, cut
     into ceil(n / batch) minibatches, the last one short when batch does not divide n (the
