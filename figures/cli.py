@@ -109,8 +109,9 @@ class SweepOptions:
     """parallel worker processes (local) or CPUs of a private Ray instance."""
     out: Path | None = None
     """sweep directory (default: runs/sweep-EXPERIMENT/YYYYmmdd-HHMMSS-HASH, printed)."""
-    variable: str = "loss"
-    """variable drawn in the aggregate figure (dims seed, step)."""
+    variable: str | None = None
+    """variable drawn in the aggregate figure (dims seed, step); None: the experiment's loss
+    (``loss``, else its validation or test loss)."""
     overwrite: bool = False
     """run into OUT even if it holds a previous sweep (its points are replaced); without it a
     non-empty OUT is refused before any point runs."""

@@ -14,7 +14,12 @@ import pytest
 import xarray as xr
 
 from figures.cli import main
-from figures.core.sweep_plot import aggregate_figure, seed_statistics, write_sweep_figure
+from figures.core.sweep_plot import (
+    aggregate_figure,
+    default_variable,
+    seed_statistics,
+    write_sweep_figure,
+)
 from simulate.experiments import EXPERIMENTS
 from simulate.runner import RunOutput
 from simulate.store import load
@@ -209,6 +214,21 @@ def test_aggregate_figure_draws_mean_band_log_axis_and_legend(tmp_path):
     paths = write_sweep_figure(ds, ["m"], tmp_path)
     assert [p.name for p in paths] == ["sweep.png", "sweep.pdf"]
     assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_a_sweep_without_loss_draws_its_held_out_loss():
+    """Experiments that log no ``loss`` (markov: ``train_loss``, ``val_loss``) draw their
+    validation or test loss unless told, not an error after the sweep has run."""
+    grid = {"m": [1.5, 2.0]}
+    runs, points = _fake_runs(grid, seeds=2)
+    renamed = [r.rename(loss="train_loss").assign(val_loss=2 * r["loss"]) for r in runs]
+    ds = merge_runs(renamed, points)
+    assert default_variable(ds, ["m"]) == "val_loss"
+    assert aggregate_figure(ds, ["m"]).axes[0].get_ylabel() == "val_loss"
+    assert default_variable(merge_runs(runs, points), ["m"]) == "loss"
+    only_mass = merge_runs([r[["mass"]] for r in runs], points)
+    with pytest.raises(ConfigError, match="variable"):
+        default_variable(only_mass, ["m"])
 
 
 # --- real sweeps of heads-gd ------------------------------------------------------------------

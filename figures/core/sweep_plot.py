@@ -21,6 +21,19 @@ def _plottable(ds: xr.Dataset, grid_keys: list[str]) -> list[str]:
     return [v for v in ds.data_vars if set(ds[v].dims) == want]
 
 
+def default_variable(ds: xr.Dataset, grid_keys: list[str]) -> str:
+    """The variable a sweep draws unless told: ``loss`` where the experiment logs one, else its
+    held-out loss (a name with ``loss`` and ``val`` or ``test``: markov's ``val_loss``), else
+    any loss, else its first (seed, step) variable."""
+    names = _plottable(ds, grid_keys)
+    losses = [n for n in names if "loss" in n]
+    held_out = [n for n in losses if "val" in n or "test" in n]
+    for choice in (["loss"] if "loss" in names else [], held_out, losses, names):
+        if choice:
+            return choice[0]
+    raise ConfigError("variable", None, "a sweep with a variable of dims (grid keys, seed, step)")
+
+
 def seed_statistics(da: xr.DataArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over ``seed`` and the 95% band ``mean -/+ 1.96 sd / sqrt(n)`` (sd with ddof=1).
 
@@ -34,13 +47,15 @@ def seed_statistics(da: xr.DataArray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return mean.values, (mean - half).values, (mean + half).values
 
 
-def aggregate_figure(ds: xr.Dataset, grid_keys: list[str], variable: str = "loss"):
+def aggregate_figure(ds: xr.Dataset, grid_keys: list[str], variable: str | None = None):
     """One line per grid point: the mean of ``variable`` over ``seed`` against ``step``, with a
     shaded 95% band for the mean, ``mean +/- 1.96 * sd / sqrt(n_seeds)`` (normal approximation,
     sample sd with ddof=1; see :func:`seed_statistics`). The y axis is logarithmic when every
-    finite value of ``variable`` is positive. ``variable`` must have dims grid keys + seed + step.
+    finite value of ``variable`` is positive. ``variable`` must have dims grid keys + seed + step;
+    None: :func:`default_variable`.
     """
     grid_keys = list(grid_keys)
+    variable = variable or default_variable(ds, grid_keys)
     allowed = _plottable(ds, grid_keys)
     if variable not in allowed:
         raise ConfigError(
@@ -71,7 +86,7 @@ def aggregate_figure(ds: xr.Dataset, grid_keys: list[str], variable: str = "loss
 
 
 def write_sweep_figure(
-    ds: xr.Dataset, grid_keys: list[str], out: Path, variable: str = "loss"
+    ds: xr.Dataset, grid_keys: list[str], out: Path, variable: str | None = None
 ) -> list[Path]:
     """Save the aggregate figure as ``out/sweep.png`` and ``out/sweep.pdf``."""
     out = Path(out)
