@@ -19,6 +19,14 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+MIN_POSITIONS = 8
+"""Sequences shorter than this run their blocks padded to it. XLA:CPU hands a dot to YNNPACK only
+when one of its dimensions is at least 8 (``IsDotSupportedByYnn``,
+``xla/backends/cpu/ynn_support.cc``); the attention of a 7-position sequence (the linear map at
+S = 4) fell back to the default batched dot and its step cost more than that of 11 positions. The
+padding comes after every real position, so the causal mask hides it from them, and it is cut
+before anything is returned."""
+
 
 def _dense(key: jax.Array, n_in: int, n_out: int, dtype: DTypeLike) -> jax.Array:
     return (jax.random.normal(key, (n_in, n_out)) / math.sqrt(n_in)).astype(dtype)
@@ -67,21 +75,33 @@ class CausalTransformer(eqx.Module):
     ) -> tuple[jax.Array, jax.Array]:
         """Logits (T, vocab) and attention (layers, H, T, T) of one sequence; ``bias`` (T, T) is
         added to the first layer's attention logits (the attention-bias intervention)."""
+        return self.padded_logits_and_attention(tokens, bias, MIN_POSITIONS)
+
+    def padded_logits_and_attention(
+        self, tokens: jax.Array, bias: jax.Array | None, positions: int
+    ) -> tuple[jax.Array, jax.Array]:
+        """``logits_and_attention`` computed on max(T, ``positions``) positions (see
+        ``MIN_POSITIONS``)."""
         T = tokens.shape[0]
+        P = max(T, positions)
         x = self.embed[tokens] + self.pos[:T]
-        mask = jnp.tril(jnp.ones((T, T), bool))
+        if P > T:
+            x = jnp.pad(x, ((0, P - T), (0, 0)))
+            bias = None if bias is None else jnp.pad(bias, ((0, P - T), (0, P - T)))
+        mask = jnp.tril(jnp.ones((P, P), bool))
         attns = []
         for layer in range(len(self.qkv)):
             q, k, v = jnp.split(_layer_norm(x) @ self.qkv[layer], 3, axis=-1)
-            q, k, v = (a.reshape(T, self.heads, self.head_dim) for a in (q, k, v))
+            q, k, v = (a.reshape(P, self.heads, self.head_dim) for a in (q, k, v))
             scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(self.head_dim)
             if bias is not None and layer == 0:
                 scores = scores + bias.astype(scores.dtype)
             a = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
-            attns.append(a)
-            x = x + jnp.einsum("hqk,khd->qhd", a, v).reshape(T, -1) @ self.out[layer]
+            attns.append(a[:, :T, :T] if P > T else a)
+            x = x + jnp.einsum("hqk,khd->qhd", a, v).reshape(P, -1) @ self.out[layer]
             x = x + jax.nn.gelu(_layer_norm(x) @ self.mlp_in[layer]) @ self.mlp_out[layer]
-        return _layer_norm(x) @ self.readout, jnp.stack(attns)
+        logits = _layer_norm(x) @ self.readout
+        return (logits[:T] if P > T else logits), jnp.stack(attns)
 
     def __call__(self, tokens: jax.Array, bias: jax.Array | None = None) -> jax.Array:
         """Logits (T, vocab) of one sequence."""

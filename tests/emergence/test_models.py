@@ -6,9 +6,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulate.emergence import tasks
-from simulate.emergence.models import CausalMixer, CausalTransformer, parameter_count
+from simulate.emergence.models import (
+    MIN_POSITIONS,
+    CausalMixer,
+    CausalTransformer,
+    parameter_count,
+)
 from simulate.emergence.tasks import ca_bias_mass, ca_pattern
 
 
@@ -30,6 +37,47 @@ def test_models_are_causal(index):
     assert a.shape == (15, 2)
     np.testing.assert_allclose(a[:9], b[:9], atol=1e-6)
     assert not np.allclose(a[9:], b[9:])
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), layers=st.sampled_from([1, 2]))
+def test_a_short_sequence_padded_to_min_positions_gives_the_unpadded_model(seed, layers):
+    """Seven positions (the linear map at S = 4) run padded to MIN_POSITIONS = 8: logits,
+    attention (with the bias) and the gradient of the loss are the unpadded model's."""
+    key = jax.random.PRNGKey(seed)
+    model = CausalTransformer(2, 7, layers=layers, heads=2, head_dim=4, key=key)
+    x = jax.random.randint(jax.random.fold_in(key, 1), (7,), 0, 2)
+    bias = jax.random.normal(jax.random.fold_in(key, 2), (7, 7))
+    assert MIN_POSITIONS > 7
+
+    def loss(m, positions):
+        logits, _ = m.padded_logits_and_attention(x, bias, positions)
+        return jax.nn.logsumexp(logits, axis=-1).sum() - logits[jnp.arange(7), x].sum()
+
+    padded = model.logits_and_attention(x, bias)
+    plain = model.padded_logits_and_attention(x, bias, 0)
+    programs = [
+        str(jax.make_jaxpr(lambda t, p=p: model.padded_logits_and_attention(t, bias, p))(x))
+        for p in (MIN_POSITIONS, 0)
+    ]
+    assert "pad[" in programs[0] and "pad[" not in programs[1]  # the padding is there
+    for a, b in zip(padded, plain):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    grads = [eqx.filter_grad(loss)(model, p) for p in (MIN_POSITIONS, 0)]
+    for a, b in zip(*(jax.tree_util.tree_leaves(g) for g in grads)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_sequences_of_min_positions_or_more_are_not_padded():
+    """From MIN_POSITIONS positions on the forward pass is the unpadded one, op for op."""
+    model = _models()[1]
+    x = jnp.zeros(15, jnp.int32)
+    texts = [
+        str(jax.make_jaxpr(lambda t, p=p: model.padded_logits_and_attention(t, None, p))(x))
+        for p in (MIN_POSITIONS, 0)
+    ]
+    assert texts[0] == texts[1]
 
 
 def test_attention_bias_moves_mass_to_the_pattern():
