@@ -197,6 +197,19 @@ def _update_text(
     return text and f"{jax.tree_util.tree_structure(shape)}\n{text}\n{digest.hexdigest()}"
 
 
+def epoch_minibatches(
+    key: jax.Array, n: int, batch: int, dtype: Any
+) -> tuple[jax.Array, jax.Array]:
+    """A data loader's epoch over ``n`` training rows: ``(order, weight)``, each (ceil(n / batch),
+    batch), one permutation of the rows cut into minibatches; when the batch does not divide n
+    the last one is padded with row 0 at weight 0 (its real rows weigh 1)."""
+    steps = -(-n // batch)
+    shuffle = jax.random.permutation(key, n)
+    order = jnp.concatenate([shuffle, jnp.zeros(steps * batch - n, shuffle.dtype)])
+    weight = (jnp.arange(steps * batch) < n).astype(dtype)
+    return order.reshape(steps, batch), weight.reshape(steps, batch)
+
+
 def step_data(problem: Problem, key: jax.Array, step: jax.Array | int) -> tuple[jax.Array, Any]:
     """``(key, data)``: the data of step ``step`` drawn from the run's data key ``key`` as the
     trainer draws it, and the key of the next step, for code that replays a run's steps outside

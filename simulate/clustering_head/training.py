@@ -55,7 +55,14 @@ from simulate.clustering_head.task import (
 )
 from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
 from simulate.store import jsonable, load, read_summary
-from simulate.train import DivergenceError, Problem, Schedule, TrainResult, seed_streams
+from simulate.train import (
+    DivergenceError,
+    Problem,
+    Schedule,
+    TrainResult,
+    epoch_minibatches,
+    seed_streams,
+)
 from theory.validation import require
 
 NAME = "clustering-head"
@@ -398,12 +405,8 @@ def problem(cfg: ClusteringSetting) -> Problem:
     def epoch(key):
         """One epoch's minibatches: a permutation of the training rows cut into steps, padded
         rows (when the batch does not divide n) weighted 0."""
-        steps, batch = cfg.steps_per_epoch, cfg.minibatch
-        pad = steps * batch - cfg.train_size
-        shuffle = jax.random.permutation(key, cfg.train_size)
-        order = jnp.concatenate([shuffle, jnp.zeros(pad, shuffle.dtype)]).reshape(steps, batch)
-        weight = (jnp.arange(steps * batch) < cfg.train_size).astype(cfg.dtype)
-        return train_x[order], train_y[order], weight.reshape(steps, batch)
+        order, weight = epoch_minibatches(key, cfg.train_size, cfg.minibatch, cfg.dtype)
+        return train_x[order], train_y[order], weight
 
     def loss_and_direction_on(model, batch):
         return jax.value_and_grad(cross_entropy)(model, *batch)

@@ -47,7 +47,7 @@ from simulate.measure.stages import first_crossing, midpoints
 from simulate.runner import RunOptions, RunOutput, Seeds, run_experiment
 from simulate.side_by_side import run_side_by_side
 from simulate.store import RunStore, jsonable, read_summary
-from simulate.train import Problem, TrainResult
+from simulate.train import Problem, TrainResult, epoch_minibatches
 from theory.validation import require
 
 NAME = "markov"
@@ -567,10 +567,7 @@ def problem(cfg: MarkovTrainConfig, data: MarkovData | None = None) -> Problem:
         assert data.train is not None and cfg.train_size is not None  # shuffled: a training set
         shuffle_key, dropout_root, next_key = jax.random.split(key, 3)
         k = step % steps
-        pad = steps * batch - cfg.train_size
-        shuffle = jax.random.permutation(shuffle_key, cfg.train_size)
-        order = jnp.concatenate([shuffle, jnp.zeros(pad, shuffle.dtype)]).reshape(steps, batch)
-        weight = (jnp.arange(steps * batch) < cfg.train_size).astype(dtype).reshape(steps, batch)
+        order, weight = epoch_minibatches(shuffle_key, cfg.train_size, batch, dtype)
         batch_data = (data.train[order[k]], weight[k], jax.random.fold_in(dropout_root, k))
         return jnp.where(k == steps - 1, next_key, key), batch_data
 
