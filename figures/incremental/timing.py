@@ -113,7 +113,10 @@ def compute(cfg: TimingConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
         return _ode_half(cfg)
     grid = cfg.training_grid()
     done = run_side_by_side(
-        [partial(_ode_half, cfg), *training_half.jobs(grid, run_dir / "training", cfg.quiet)]
+        [
+            partial(_ode_half, cfg),
+            *training_half.jobs(grid, run_dir / "training", cfg.quiet, first=1),
+        ]
     )
     data, summary = done[0]
     train_data, summary["training"] = training_half.collect(grid, done[1:])

@@ -10,14 +10,17 @@ grid point and seed, with no constant fitted to a run: the step at which the hea
 order in q (``simulate.incremental.tangent_split``: the run's head differences carried along its
 exactly symmetric twin by every AdamW step's tangent map) over the reduced system's split time.
 Beside it, the old predictor: one factor calibrated on the measured boundaries at the grid point
-nearest the paper's default (q = 1e-9, m = 1.7) and used unchanged elsewhere.
+nearest the paper's default (q = 1e-9, m = 1.7) and used unchanged elsewhere. With
+``sequential_stages``, stage 3 is also predicted from each run's own state at its measured t_2 by
+AdamW's expected-moment map (``simulate.incremental.adam_later_stages``), nothing fitted.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ import xarray as xr
 from figures.core.output import finite_mean, format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
+from simulate.incremental.adam_later_stages import SEQUENTIAL_RULE, sequential_stage
 from simulate.incremental.adam_moments import TEACHER_RULE as STAGE_ONE_RULE
 from simulate.incremental.adam_moments import stage_one_by_teacher
 from simulate.incremental.head_ode import OdeBatch, plateau_levels, solve
@@ -55,6 +59,7 @@ from simulate.incremental.training_stages import (
     time_factor,
 )
 from simulate.runner import RunOutput
+from simulate.side_by_side import After
 from simulate.store import load, read_summary
 from theory.validation import require
 
@@ -95,6 +100,10 @@ class TrainingGrid:
     """steps between logged rows (the stage-1 boundary comes within tens of steps)."""
     t_max: float = 2e4
     """horizon of the reduced system, in ODE time units."""
+    sequential_stages: bool = False
+    """also predict stage k >= 3 of every run and seed from its state at the measured t_{k-1}
+    (``SEQUENTIAL_RULE``). Off by default: the map takes 2048 per-sequence gradients a step,
+    0.35 s a step in float32 and 1.1 s in float64 at the quick setting, about 2 to 6 min a run."""
 
     def __post_init__(self):
         require(
@@ -130,14 +139,19 @@ class TrainingGrid:
         )
 
 
-def jobs(grid: TrainingGrid, out: Path, quiet: bool) -> list[Callable[[], Any]]:
-    """The training half's independent work, to run side by side (``collect`` reads the results
-    in this order): the reduced system from every network's initial logits (one vmapped solve),
-    one tangent per (m, seed) serving every q (each longer than a run, so early), every grid
-    point's run (seeds vmapped), then every grid point's stage 1 from AdamW's expected moments
-    (short, so last: they fill the devices while the last runs finish)."""
+def jobs(
+    grid: TrainingGrid, out: Path, quiet: bool, first: int = 0
+) -> list[Callable[[], Any] | After]:
+    """The training half's work, to run side by side (``collect`` reads the results in this
+    order): the reduced system from every network's initial logits (one vmapped solve), one
+    tangent per (m, seed) serving every q (each longer than a run, so early), every grid point's
+    run (seeds vmapped), then every grid point's stage 1 from AdamW's expected moments (short, so
+    last: they fill the devices while the last runs finish), and with ``sequential_stages`` every
+    run's later stages from its own state, each once its run has finished; ``first`` is the index
+    of the first of these jobs in the caller's list (the runs' indices are needs)."""
     qs, ms = list(grid.q), list(grid.m)
     seeds = grid.config(qs[0], ms[0]).seed_ids
+    runs_at = first + 1 + len(ms) * len(seeds)
     return [
         partial(_reduced, grid),
         *(
@@ -154,6 +168,45 @@ def jobs(grid: TrainingGrid, out: Path, quiet: bool) -> list[Callable[[], Any]]:
             for cfg in grid.configs()
         ),
         *(partial(stage_one_by_teacher, cfg) for cfg in grid.configs()),
+        *(
+            After((runs_at + n,), partial(sequential_stages, cfg))
+            for n, cfg in enumerate(grid.configs())
+            if grid.sequential_stages
+        ),
+    ]
+
+
+def _boundaries(path: Path) -> np.ndarray:
+    """``STAGE_RULE``'s boundaries t_1..t_h of every seed of the run stored at ``path``."""
+    ds, _ = load(path)
+    yard = read_summary(path)["yardstick_losses"]
+    return np.array(
+        [
+            stage_boundaries(
+                ds["step"].values,
+                ds["val_loss"].values[s],
+                ds["kl_yardstick"].values[s],
+                yard["uniform"],
+                yard["A*_1:1"],
+            )
+            for s in range(ds.sizes["seed"])
+        ]
+    )
+
+
+def sequential_stages(cfg: MarkovTrainConfig, path: Path) -> list[list[float]]:
+    """``SEQUENTIAL_RULE``'s t_3..t_h of each seed of ``cfg``'s run stored at ``path``, each
+    from the run's state at its measured t_{k-1} (nan where that was not reached)."""
+    bounds = _boundaries(path)
+    h = bounds.shape[-1]
+    return [
+        [
+            sequential_stage(replace(cfg, seed=seed, seeds=1), k, int(bounds[s, k - 2]))[0]
+            if np.isfinite(bounds[s, k - 2])
+            else math.nan
+            for k in range(3, h + 1)
+        ]
+        for s, seed in enumerate(cfg.seed_ids)
     ]
 
 
@@ -188,28 +241,24 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
     n_tangents = len(ms) * grid.seeds
     ode, tangents = done[0], done[1 : 1 + n_tangents]
     paths = done[1 + n_tangents : 1 + n_tangents + len(points)]
-    stage_one = np.array(done[1 + n_tangents + len(points) :]).reshape(len(qs), len(ms), -1)
+    after_runs = 1 + n_tangents + len(points)
+    stage_one = np.array(done[after_runs : after_runs + len(points)]).reshape(len(qs), len(ms), -1)
+    sequential = done[after_runs + len(points) :]
     setting = reduced_setting(grid.config(qs[0], ms[0]))
     # (m x seed, q, split/apart) -> (q, m, seed, split/apart)
     first = np.array([[(f.split, f.apart) for f in fs] for fs in tangents])
     first = first.reshape(len(ms), grid.seeds, len(qs), 2).transpose(2, 0, 1, 3)
     split = np.full(first.shape, np.nan)  # measured (q, m, seed, split/apart)
-    measured, runs, dtypes = None, {}, {}
+    # (q, m, seed, stage): points are q-major
+    measured = np.stack([_boundaries(path) for path in paths]).reshape(
+        len(qs), len(ms), grid.seeds, -1
+    )
+    runs, dtypes = {}, {}
     for (i, j), path in zip(points, paths, strict=True):
         ds, _ = load(path)
         summary = read_summary(path)
-        yard = summary["yardstick_losses"]
         steps = ds["step"].values
-        if measured is None:
-            measured = np.full((len(qs), len(ms), grid.seeds, ds.sizes["yardstick"]), np.nan)
         for s in range(grid.seeds):
-            measured[i, j, s] = stage_boundaries(
-                steps,
-                ds["val_loss"].values[s],
-                ds["kl_yardstick"].values[s],
-                yard["uniform"],
-                yard["A*_1:1"],
-            )
             mass = ds["block_mass"].values[s]
             split[i, j, s] = split_step(steps, mass), apart_step(steps, mass)
         dtypes[f"q={qs[i]:g}, m={ms[j]:g}"] = summary["dtype"]
@@ -222,6 +271,9 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
     i_q, i_m = calibration_point(qs, ms)
     factor = time_factor(measured[i_q, i_m], ode_time[i_q, i_m])
     calibrated = ode_time * factor
+    from_state = np.full(measured.shape, np.nan)  # (q, m, seed, stage): stages >= 3 only
+    for (i, j), per_seed in zip(points, sequential, strict=False):
+        from_state[i, j, :, 2:] = per_seed
     dims = ("train_q", "train_m", "train_seed", "train_stage")
     data = xr.Dataset(
         {
@@ -237,6 +289,7 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
             "train_ode_apart_time": (dims[:3], ode_split[..., 1]),
             "train_steps_per_ode_time": (dims[:3], scale),
             "train_stage_one_expected_moments": (dims[:3], stage_one),
+            **({"train_sequential_step": (dims, from_state)} if sequential else {}),
         },
         coords={
             "train_q": qs,
@@ -280,6 +333,19 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
                     "duration_predicted_over_measured": dur_pred / dur_meas,
                 }
             )
+        if sequential and k >= 2:
+            seq = from_state[i, j, :, k]
+            # from the measured t_{k-1}: the duration is the map's part
+            dur_seq = finite_mean(seq - measured[i, j, :, k - 1])
+            row.update(
+                {
+                    "sequential_step": finite_mean(seq),
+                    "sequential_per_seed": seq.tolist(),
+                    "sequential_over_measured": finite_mean(seq) / finite_mean(meas),
+                    "sequential_duration_steps": dur_seq,
+                    "sequential_duration_over_measured": dur_seq / row["measured_duration_steps"],
+                }
+            )
         rows.append(row)
     split_rows = [
         {
@@ -307,6 +373,7 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
         "apart_rule": APART_RULE,
         "first_order_split_rule": TANGENT_SPLIT_RULE,
         "stage_one_rule": STAGE_ONE_RULE,
+        **({"sequential_rule": SEQUENTIAL_RULE} if sequential else {}),
         "ode_split_rule": ODE_SPLIT_RULE,
         "calibration_rule": CALIBRATION_RULE,
         "calibration_point": {"q": qs[i_q], "m": ms[i_m]},
@@ -379,6 +446,17 @@ def predictions(part: dict) -> list[Prediction]:
                     r["measured_duration_steps"],
                     TOLERANCE,
                     rule,
+                )
+            )
+        if "sequential_duration_steps" in r:
+            out.append(
+                Prediction(
+                    f"training stage {r['stage']} duration t_{r['stage']} - t_{r['stage'] - 1} "
+                    f"(steps) from the run's state at t_{r['stage'] - 1}, {at}",
+                    r["sequential_duration_steps"],
+                    r["measured_duration_steps"],
+                    TOLERANCE,
+                    f"measured: {STAGE_RULE}; predicted: {SEQUENTIAL_RULE}",
                 )
             )
     return out
@@ -468,23 +546,54 @@ def report(part: dict) -> str:
             if "expected_moments_step" in r
         ],
     )
-    return "\n".join(
-        [
-            head,
-            splits,
-            table,
-            f"stage 1 from AdamW's expected moments ({part['stage_one_rule']}):",
-            stage_one,
+    lines = [
+        head,
+        splits,
+        table,
+        f"stage 1 from AdamW's expected moments ({part['stage_one_rule']}):",
+        stage_one,
+    ]
+    if "sequential_rule" in part:
+        lines += [
+            f"later stages from the run's own state ({part['sequential_rule']}):",
+            format_table(
+                [
+                    "q",
+                    "m",
+                    "stage",
+                    "measured",
+                    "from state",
+                    "ratio",
+                    "duration",
+                    "from state",
+                    "ratio",
+                ],
+                [
+                    [
+                        r["q"],
+                        r["m"],
+                        r["stage"],
+                        r["measured_step"],
+                        r["sequential_step"],
+                        r["sequential_over_measured"],
+                        r["measured_duration_steps"],
+                        r["sequential_duration_steps"],
+                        r["sequential_duration_over_measured"],
+                    ]
+                    for r in part["rows"]
+                    if "sequential_step" in r
+                ],
+            ),
         ]
-    )
+    return "\n".join(lines)
 
 
 def plot_row(axes, data: xr.Dataset) -> None:
     """Measured (dots, every seed) and predicted (dashed: derived time map; dotted: the old
-    calibrated factor; dash-dotted diamonds: stage 1 from AdamW's expected moments; seed means)
-    boundaries, with the heads' split (black: crosses measured,
-    dashed first order): against ln(1/q) at the m nearest 1.7, against m at the q nearest 1e-9,
-    and predicted against measured."""
+    calibrated factor; dash-dotted diamonds: stage 1 from AdamW's expected moments; hollow
+    squares: later stages from the run's own state, when computed; seed means) boundaries, with
+    the heads' split (black: crosses measured, dashed first order): against ln(1/q) at the m
+    nearest 1.7, against m at the q nearest 1e-9, and predicted against measured."""
     qs, ms = data["train_q"].values, data["train_m"].values
     i_q, i_m = calibration_point(qs, ms)
     meas, pred = data["train_measured_step"], data["train_predicted_step"]
@@ -506,6 +615,18 @@ def plot_row(axes, data: xr.Dataset) -> None:
         if "train_stage_one_expected_moments" in data:
             em = data["train_stage_one_expected_moments"].sel(fixed).mean("train_seed").values
             ax.plot(x, em, "-.", marker="d", color=colors[1], label="stage 1, expected moments")
+        if "train_sequential_step" in data:
+            for k in stages[2:]:
+                seq = data["train_sequential_step"].sel(fixed).sel(train_stage=k)
+                ax.plot(
+                    x,
+                    seq.mean("train_seed").values,
+                    "s",
+                    color=colors[k],
+                    mfc="none",
+                    ms=7,
+                    label=f"stage {k}, expected moments from the run's t_{k - 1}",
+                )
         if "train_split_measured" in data:
             s_meas = data["train_split_measured"].sel(fixed).transpose(dim, "train_seed").values
             s_first = data["train_split_first_order"].sel(fixed).mean("train_seed").values
@@ -548,6 +669,17 @@ def plot_row(axes, data: xr.Dataset) -> None:
             ms=6,
             label="stage 1, expected moments",
         )
+    if "train_sequential_step" in data:
+        for k in stages[2:]:
+            ax.plot(
+                meas.sel(train_stage=k).values.ravel(),
+                data["train_sequential_step"].sel(train_stage=k).values.ravel(),
+                "s",
+                color=colors[k],
+                mfc="none",
+                ms=7,
+                label=f"stage {k}, expected moments from the run's t_{k - 1}",
+            )
     finite = np.concatenate(
         [a.values[np.isfinite(a.values) & (a.values > 0)].ravel() for a in (meas, pred, old)]
     )
@@ -561,4 +693,4 @@ def plot_row(axes, data: xr.Dataset) -> None:
         ylabel="predicted boundary (steps)",
     )
     ax.set_title("training:\nderived time map (filled), old calibrated factor (hollow)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="lower right")

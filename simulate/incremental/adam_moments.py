@@ -23,9 +23,10 @@ bitwise the same).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -41,6 +42,7 @@ from simulate.incremental.markov_training import (
     window_log_probs,
     yardstick_losses,
 )
+from simulate.incremental.minimal_transformer import MinimalTransformer
 from simulate.incremental.training_stages import stage1_midpoint
 from simulate.measure.stages import first_crossing
 from simulate.store import read_summary
@@ -146,27 +148,61 @@ def _steps(carry, first, pool, val, static, window: int, batch: int, adamw: Adam
     return jax.lax.scan(step, carry, first + jnp.arange(CHUNK).astype(first.dtype))
 
 
-def expected_adamw_losses(cfg: MarkovTrainConfig, below: float) -> np.ndarray:
-    """Validation loss of the expected-moment AdamW from seed ``cfg.seed``'s initial parameters
-    at steps ``0, 1, ...``, until it falls below ``below`` (``CHUNK`` steps a call of one compiled
-    program; at most ``HORIZON`` steps)."""
+def expected_moment_map(
+    cfg: MarkovTrainConfig,
+    model: MinimalTransformer,
+    moments: tuple[Any, Any] | None = None,
+    start: int = 0,
+) -> Iterator[tuple[int, MinimalTransformer, np.ndarray]]:
+    """The expected-moment AdamW of ``cfg`` from ``model`` after ``start`` steps, with AdamW's
+    first and second moments ``moments`` (trees of the model's arrays; None: zero, a fresh
+    optimizer): yields ``(step, model, validation losses of the CHUNK steps up to it)`` every
+    ``CHUNK`` steps, one call of one compiled program each, without end. ``cfg`` is checked at
+    the call, before the first step."""
+    check_expected_moments(cfg)
+    return _map(cfg, model, moments, start)
+
+
+def check_expected_moments(cfg: MarkovTrainConfig) -> None:
+    """What the expected-moment map is derived for: AdamW on fresh sequences, no dropout."""
     require(cfg.optimizer == "adamw", "optimizer", cfg.optimizer, "adamw (expected moments)")
     require(cfg.model == "minimal", "model", cfg.model, "minimal (no dropout noise)")
     require(cfg.attention == "full", "attention", cfg.attention, "full")
     require(cfg.train_size is None, "train_size", cfg.train_size, "None (fresh sequences)")
+
+
+def _map(
+    cfg: MarkovTrainConfig,
+    model: MinimalTransformer,
+    moments: tuple[Any, Any] | None,
+    start: int,
+) -> Iterator[tuple[int, MinimalTransformer, np.ndarray]]:
     data = markov_data(cfg)
     task, w = data.task, data.task.window
-    model = build_model(cfg, seed_streams([cfg.seed])["init"][0])
     params, static = eqx.partition(model, eqx.is_inexact_array)
     key = jax.random.fold_in(jax.random.PRNGKey(cfg.teacher_seed), POOL_FOLD)
     pool = sample_sequences(task, data.A, key, POOL).reshape(POOL // POOL_CHUNK, POOL_CHUNK, -1)
     fixed = (pool, data.validation, static, w, cfg.minibatch, AdamW.of(cfg))
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    carry = (params, zeros, zeros)
-    losses = [float(_first_loss(params, static, w, data.validation))]
+    if moments is None:
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        moments = (zeros, zeros)
+    carry, step = (params, *moments), start
+    while True:
+        # AdamW's step count t starts at 1: the step after ``step`` is t = step + 1
+        carry, losses = _steps(carry, np.asarray(step + 1, cfg.dtype), *fixed)
+        step += CHUNK
+        yield step, eqx.combine(carry[0], static), np.asarray(losses)
+
+
+def expected_adamw_losses(cfg: MarkovTrainConfig, below: float) -> np.ndarray:
+    """Validation loss of the expected-moment AdamW from seed ``cfg.seed``'s initial parameters
+    at steps ``0, 1, ...``, until it falls below ``below`` (at most ``HORIZON`` steps)."""
+    model = cast(MinimalTransformer, build_model(cfg, seed_streams([cfg.seed])["init"][0]))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    losses = [float(_first_loss(params, static, cfg.task().window, markov_data(cfg).validation))]
+    chunks = expected_moment_map(cfg, model)
     while losses[-1] >= below and len(losses) <= HORIZON:
-        carry, chunk_losses = _steps(carry, np.asarray(len(losses), cfg.dtype), *fixed)
-        losses += np.asarray(chunk_losses).tolist()
+        losses += next(chunks)[2].tolist()
     return np.asarray(losses)
 
 

@@ -105,7 +105,7 @@ def symmetric_copy(cfg: MarkovTrainConfig) -> MarkovTrainConfig:
     return replace(cfg, query_scale=0.0, precision="float64", seeds=1, baselines=())
 
 
-def _states_at(cfg: MarkovTrainConfig, steps: list[int]):
+def states_at(cfg: MarkovTrainConfig, steps: list[int]):
     """Parameters and optimizer state of ``cfg`` (one seed) at each of ``steps``, one scan per
     stretch between them: the trainer's step on the same data keys, without its logging and
     divergence checks (``simulate.train`` keeps only the last state of a run, and the twin's is
@@ -183,7 +183,7 @@ def _rates_along(cfg: MarkovTrainConfig, steps: ArrayLike, probe: int, tol: floa
         return jnp.tensordot(split, hv.WQ, 1), jnp.tensordot(split, hv.WV, 1)
 
     start_vector = None
-    for step, (model, state) in zip(steps, _states_at(twin, steps)):
+    for step, (model, state) in zip(steps, states_at(twin, steps)):
         D = model.WQ.shape[-1]
         if start_vector is None:
             start_vector = np.random.default_rng(PROBE_KEY).standard_normal(2 * D * D)

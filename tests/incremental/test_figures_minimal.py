@@ -21,7 +21,7 @@ from simulate.incremental.training_stages import (
     time_factor,
 )
 from simulate.measure.fits import loglog_slope
-from simulate.store import read_summary
+from simulate.store import load, read_summary
 
 
 def _summary(tmp_path, figure_id):
@@ -236,3 +236,25 @@ def test_incremental_timing_training_half_quick(tmp_path):
         assert np.isfinite(r["measured_apart"]) and np.isfinite(r["ode_apart_time"])
         if r["q"] == 1e-7:
             assert abs(r["first_order_apart"] / r["measured_apart"] - 1) <= 0.25
+
+
+@pytest.mark.slow
+def test_incremental_timing_sequential_stages_are_wired_through(tmp_path):
+    """--train.sequential-stages on a one-point grid: every run's stage 3 from its state at its
+    measured t_2 reaches the summary's rows, the data, the report and the verdicts. Minutes: the
+    map takes per-sequence gradients of 2048 sequences a step."""
+    args = ["figure", "incremental-timing", "--quick", "--quiet", "--out", str(tmp_path)]
+    args += ["--train.q", "1e-3", "--train.m", "1.7", "--train.sequential-stages"]
+    assert main(args) == 0
+    summary = _summary(tmp_path, "incremental-timing")
+    part = summary["training"]
+    assert "sequential_rule" in part
+    (row,) = [r for r in part["rows"] if r["stage"] == 3]
+    assert row["sequential_step"] > part["rows"][1]["measured_step"]  # after the run's t_2
+    assert row["sequential_duration_steps"] == pytest.approx(
+        row["sequential_step"] - part["rows"][1]["measured_step"]
+    )
+    assert all("sequential_step" not in r for r in part["rows"] if r["stage"] < 3)
+    ds, _ = load(tmp_path / "incremental-timing")
+    assert np.isnan(ds["train_sequential_step"].sel(train_stage=[1, 2]).values).all()
+    assert any("from the run's state at t_2" in p["quantity"] for p in summary["predictions"])

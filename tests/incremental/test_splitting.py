@@ -22,8 +22,8 @@ from simulate.incremental.markov_training import (
 )
 from simulate.incremental.plateau_splitting import (
     PROBE_KEY,
-    _states_at,
     splitting_rates,
+    states_at,
     symmetric_copy,
 )
 from theory.incremental.splitting import characteristic_polynomial, splitting_rate, z
@@ -128,7 +128,7 @@ def test_sgd_eigenvalue_is_the_lowest_of_the_dense_splitting_hessian():
     cfg = MarkovTrainConfig(**{**TINY.__dict__, "optimizer": "sgd"})
     (at,) = splitting_rates(cfg, [20], probe=128, tol=1e-6)
     twin = symmetric_copy(cfg)
-    ((model, _),) = list(_states_at(twin, [20]))
+    ((model, _),) = list(states_at(twin, [20]))
     data = markov_data(twin)
     seqs = sample_sequences(data.task, data.A, jax.random.PRNGKey(PROBE_KEY), 128)
     w, D = data.task.window, model.WQ.shape[-1]

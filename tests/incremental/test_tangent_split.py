@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simulate.incremental.markov_training import MarkovTrainConfig, problem, run, split_step
-from simulate.incremental.plateau_splitting import _states_at
+from simulate.incremental.plateau_splitting import states_at
 from simulate.incremental.tangent_split import TangentSplit, tangent_split, tangent_splits
 from simulate.runner import RunOutput
 from simulate.store import load
@@ -34,7 +34,7 @@ def _run_spread(cfg: MarkovTrainConfig) -> tuple[np.ndarray, np.ndarray]:
     (max over blocks), from the trainer's steps on the same minibatches."""
     observe = problem(cfg).observe
     steps = list(range(cfg.log_every, cfg.steps + 1, cfg.log_every))
-    mass = np.array([np.asarray(observe(p)["block_mass"][0]) for p, _ in _states_at(cfg, steps)])
+    mass = np.array([np.asarray(observe(p)["block_mass"][0]) for p, _ in states_at(cfg, steps)])
     return mass, (mass.max(axis=1) - mass.min(axis=1)).max(axis=-1)
 
 
