@@ -55,7 +55,7 @@ from simulate.incremental.training_stages import (
     STAGE_RULE,
     TIME_MAP_RULE,
     calibration_point,
-    stage_boundaries,
+    stored_stage_boundaries,
     time_factor,
 )
 from simulate.runner import RunOutput
@@ -176,28 +176,10 @@ def jobs(
     ]
 
 
-def _boundaries(path: Path) -> np.ndarray:
-    """``STAGE_RULE``'s boundaries t_1..t_h of every seed of the run stored at ``path``."""
-    ds, _ = load(path)
-    yard = read_summary(path)["yardstick_losses"]
-    return np.array(
-        [
-            stage_boundaries(
-                ds["step"].values,
-                ds["val_loss"].values[s],
-                ds["kl_yardstick"].values[s],
-                yard["uniform"],
-                yard["A*_1:1"],
-            )
-            for s in range(ds.sizes["seed"])
-        ]
-    )
-
-
 def sequential_stages(cfg: MarkovTrainConfig, path: Path) -> list[list[float]]:
     """``SEQUENTIAL_RULE``'s t_3..t_h of each seed of ``cfg``'s run stored at ``path``, each
     from the run's state at its measured t_{k-1} (nan where that was not reached)."""
-    bounds = _boundaries(path)
+    bounds = stored_stage_boundaries(path)
     h = bounds.shape[-1]
     return [
         [
@@ -250,7 +232,7 @@ def collect(grid: TrainingGrid, done: Sequence[Any]) -> tuple[xr.Dataset, dict]:
     first = first.reshape(len(ms), grid.seeds, len(qs), 2).transpose(2, 0, 1, 3)
     split = np.full(first.shape, np.nan)  # measured (q, m, seed, split/apart)
     # (q, m, seed, stage): points are q-major
-    measured = np.stack([_boundaries(path) for path in paths]).reshape(
+    measured = np.stack([stored_stage_boundaries(path) for path in paths]).reshape(
         len(qs), len(ms), grid.seeds, -1
     )
     runs, dtypes = {}, {}

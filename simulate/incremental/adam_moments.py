@@ -17,7 +17,8 @@ it the quick setting's validation loss never falls below 2.7 nats, against a sta
 Stage 1 starts where the predicted validation loss crosses the midpoint of ``STAGE_RULE``, as the
 run's does. The moments are those of a fixed pool of fresh teacher sequences; clipping is left
 out (at the quick setting the gradient norm stays below the clip: ``--clip 1e9`` leaves the run
-bitwise the same).
+bitwise the same). The map starts from any parameters and moments (``expected_moment_map``):
+``adam_later_stages`` runs it from a run's own state at a later stage boundary.
 """
 
 from __future__ import annotations

@@ -6,12 +6,14 @@ ODE time and steps. Each rule's constant stands beside the function that applies
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from simulate.incremental.markov_training import LADDER_RULE, SPLIT_RULE, ladder_steps
 from simulate.measure.stages import first_crossing
+from simulate.store import load, read_summary
 
 STAGE1_RULE = (
     "stage 1: first step at which the validation loss falls below (ln d + L(A*_1)) / 2, "
@@ -71,6 +73,25 @@ def stage_boundaries(
     """``STAGE_RULE`` for one run: [t_1, t_2, ..., t_h] in steps (nan where not reached);
     ``val_loss`` (step,), ``kl`` (step, h) the KL to A*_{1:k}."""
     return np.array([stage1_step(steps, val_loss, ln_d, a1_loss), *ladder_steps(steps, kl)])
+
+
+def stored_stage_boundaries(path: Path) -> np.ndarray:
+    """``STAGE_RULE``'s boundaries t_1..t_h of every seed of the Markov run stored at ``path``
+    (seed x stage)."""
+    ds, _ = load(path)
+    yard = read_summary(path)["yardstick_losses"]
+    return np.array(
+        [
+            stage_boundaries(
+                ds["step"].values,
+                ds["val_loss"].values[s],
+                ds["kl_yardstick"].values[s],
+                yard["uniform"],
+                yard["A*_1:1"],
+            )
+            for s in range(ds.sizes["seed"])
+        ]
+    )
 
 
 def stage_masks(steps: ArrayLike, bounds: ArrayLike) -> list[np.ndarray]:

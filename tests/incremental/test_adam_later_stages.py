@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from figures.incremental.timing_training import QUICK, TrainingGrid, _boundaries
 from simulate.incremental import markov_training
 from simulate.incremental.adam_later_stages import HOLD, sequential_stage
 from simulate.incremental.adam_moments import CHUNK
 from simulate.incremental.markov_training import MarkovTrainConfig, ladder_steps
+from simulate.incremental.training_stages import stored_stage_boundaries
 from simulate.runner import RunOutput
 from simulate.store import load
 from theory.validation import ConfigError
@@ -60,7 +60,7 @@ def test_the_map_starts_from_the_runs_state_at_t2(small_run):
     returns is the ladder step of its own KL, held for HOLD reads. A map started from the initial
     parameters instead would start in class 1, far from the run's KL at t_2."""
     ds, _ = load(small_run)
-    t_2 = _boundaries(small_run)[0, 1]
+    t_2 = stored_stage_boundaries(small_run)[0, 1]
     assert 0 < t_2 < SMALL.steps
     t_3, steps, kl = sequential_stage(SMALL, 3, int(t_2))
     logged = ds["kl_yardstick"].sel(step=int(t_2)).values[0]
@@ -73,7 +73,7 @@ def test_the_map_starts_from_the_runs_state_at_t2(small_run):
 
 
 def test_a_horizon_too_short_for_stage_3_gives_nan(small_run):
-    t_2 = int(_boundaries(small_run)[0, 1])
+    t_2 = int(stored_stage_boundaries(small_run)[0, 1])
     t_3, steps, _ = sequential_stage(SMALL, 3, t_2, horizon=CHUNK)
     assert math.isnan(t_3)
     assert steps[-1] == t_2 + CHUNK
@@ -87,9 +87,18 @@ def test_stage_3_from_t2_at_the_quick_grid(tmp_path):
     carries the O(q) split through the plateau, puts t_3 1.5x late (the figure's table: 1104
     against 725, duration 2.56x). Nothing was tuned on this point: the rule was written from the
     stage-1 map before any stage-3 number was seen. About 5 minutes."""
-    cfg = TrainingGrid(**QUICK).config(1e-7, 1.5)
+    cfg = MarkovTrainConfig(
+        vocab=50,
+        m=1.5,
+        query_scale=1e-7,
+        batch=256,
+        validation=256,
+        steps=1000,
+        log_every=5,
+        chunk=100,
+    )
     path = markov_training.run(cfg, RunOutput(out=tmp_path / "run", quiet=True))
-    t_1, t_2, t_3 = _boundaries(path)[0]
+    t_1, t_2, t_3 = stored_stage_boundaries(path)[0]
     predicted, _, _ = sequential_stage(cfg, 3, int(t_2))
     assert predicted == pytest.approx(t_3, rel=0.10)
     assert predicted - t_2 == pytest.approx(t_3 - t_2, rel=0.25)
