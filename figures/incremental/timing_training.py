@@ -18,9 +18,8 @@ AdamW's expected-moment map (``simulate.incremental.adam_later_stages``), nothin
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ import xarray as xr
 from figures.core.output import finite_mean, format_table
 from figures.core.verdicts import Prediction
 from simulate.incremental import markov_training
-from simulate.incremental.adam_later_stages import SEQUENTIAL_RULE, sequential_stage
+from simulate.incremental.adam_later_stages import SEQUENTIAL_RULE, sequential_stages
 from simulate.incremental.adam_moments import TEACHER_RULE as STAGE_ONE_RULE
 from simulate.incremental.adam_moments import stage_one_by_teacher
 from simulate.incremental.head_ode import OdeBatch, plateau_levels, solve
@@ -173,22 +172,6 @@ def jobs(
             for n, cfg in enumerate(grid.configs())
             if grid.sequential_stages
         ),
-    ]
-
-
-def sequential_stages(cfg: MarkovTrainConfig, path: Path) -> list[list[float]]:
-    """``SEQUENTIAL_RULE``'s t_3..t_h of each seed of ``cfg``'s run stored at ``path``, each
-    from the run's state at its measured t_{k-1} (nan where that was not reached)."""
-    bounds = stored_stage_boundaries(path)
-    h = bounds.shape[-1]
-    return [
-        [
-            sequential_stage(replace(cfg, seed=seed, seeds=1), k, int(bounds[s, k - 2]))[0]
-            if np.isfinite(bounds[s, k - 2])
-            else math.nan
-            for k in range(3, h + 1)
-        ]
-        for s, seed in enumerate(cfg.seed_ids)
     ]
 
 

@@ -17,6 +17,8 @@ truncated teachers on the run's validation set, read every ``CHUNK`` steps.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from pathlib import Path
 from typing import cast
 
 import equinox as eqx
@@ -40,6 +42,7 @@ from simulate.incremental.markov_training import (
 )
 from simulate.incremental.minimal_transformer import MinimalTransformer
 from simulate.incremental.plateau_splitting import states_at
+from simulate.incremental.training_stages import stored_stage_boundaries
 from theory.validation import require
 
 SEQUENTIAL_RULE = (
@@ -96,3 +99,21 @@ def sequential_stage(
     # entered only in the last reads before the horizon: not for good
     held = np.argmin(kl_[-HOLD:], axis=-1) + 1 >= k
     return (t_k if bool(np.all(held)) else math.nan), steps_, kl_
+
+
+def sequential_stages(cfg: MarkovTrainConfig, path: Path) -> list[list[float]]:
+    """``SEQUENTIAL_RULE``'s t_3..t_h of each seed of ``cfg``'s run stored at ``path``, each
+    from the run's state at its measured t_{k-1} (nan where that was not reached, or was step
+    0)."""
+    bounds = stored_stage_boundaries(path)
+    h = bounds.shape[-1]
+    return [
+        [
+            sequential_stage(replace(cfg, seed=seed, seeds=1), k, int(bounds[s, k - 2]))[0]
+            # a ladder already in class k - 1 at step 0 has no state to start from
+            if np.isfinite(bounds[s, k - 2]) and bounds[s, k - 2] > 0
+            else math.nan
+            for k in range(3, h + 1)
+        ]
+        for s, seed in enumerate(cfg.seed_ids)
+    ]

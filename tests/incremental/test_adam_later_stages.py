@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simulate.incremental import markov_training
-from simulate.incremental.adam_later_stages import HOLD, sequential_stage
+from simulate.incremental.adam_later_stages import HOLD, sequential_stage, sequential_stages
 from simulate.incremental.adam_moments import CHUNK
 from simulate.incremental.markov_training import MarkovTrainConfig, ladder_steps
 from simulate.incremental.training_stages import stored_stage_boundaries
@@ -77,6 +77,16 @@ def test_a_horizon_too_short_for_stage_3_gives_nan(small_run):
     t_3, steps, _ = sequential_stage(SMALL, 3, t_2, horizon=CHUNK)
     assert math.isnan(t_3)
     assert steps[-1] == t_2 + CHUNK
+
+
+def test_a_run_whose_ladder_starts_in_class_2_gets_nan_not_an_error(tmp_path):
+    """At d = 10 with three singleton lags the truncated teachers rank the untrained network in
+    class 2 from step 0 (t_1 = t_2 = 0): there is no state before stage 2 to start from, so its
+    stage 3 is nan instead of stopping the figure that asked for it."""
+    cfg = replace(SMALL, vocab=10, steps=200, chunk=200)
+    path = markov_training.run(cfg, RunOutput(out=tmp_path / "run", quiet=True))
+    assert stored_stage_boundaries(path)[0, 1] == 0
+    assert [[math.isnan(t) for t in row] for row in sequential_stages(cfg, path)] == [[True]]
 
 
 @pytest.mark.slow
