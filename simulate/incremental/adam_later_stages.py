@@ -79,7 +79,7 @@ def sequential_stage(
     require(horizon >= CHUNK, "horizon", horizon, f"at least {CHUNK} steps of the map")
     ((model, state),) = list(states_at(cfg, [start]))
     # AdamW's moments are trees of the model's arrays, its step count a leaf beside them
-    moments = tuple(
+    mu, nu = (
         eqx.partition(optax.tree_utils.tree_get(state, name), eqx.is_inexact_array)[0]
         for name in ("mu", "nu")
     )
@@ -88,17 +88,20 @@ def sequential_stage(
     reference = _references(data.task, data.A, data.validation).astype(cfg.dtype)
     model = cast(MinimalTransformer, model)
     steps, kl = [start], [np.asarray(_ladder_kl(model, window, data.validation, reference))]
-    for step, now, _ in expected_moment_map(cfg, model, (moments[0], moments[1]), start):
+    for step, now, _ in expected_moment_map(cfg, model, (mu, nu), start):
         steps.append(step)
         kl.append(np.asarray(_ladder_kl(now, window, data.validation, reference)))
-        held = [int(np.argmin(x)) + 1 >= k for x in kl[-HOLD:]]
-        if (len(held) == HOLD and all(held)) or step - start >= horizon:
+        if _held(kl, k) or step - start >= horizon:
             break
     steps_, kl_ = np.array(steps, float), np.array(kl)
-    t_k = ladder_steps(steps_, kl_)[k - 2]
     # entered only in the last reads before the horizon: not for good
-    held = np.argmin(kl_[-HOLD:], axis=-1) + 1 >= k
-    return (t_k if bool(np.all(held)) else math.nan), steps_, kl_
+    t_k = ladder_steps(steps_, kl_)[k - 2] if _held(kl, k) else math.nan
+    return t_k, steps_, kl_
+
+
+def _held(kl: list[np.ndarray], k: int) -> bool:
+    """Whether the last ``HOLD`` reads of the ladder are all in class k or above."""
+    return len(kl) >= HOLD and all(int(np.argmin(x)) + 1 >= k for x in kl[-HOLD:])
 
 
 def sequential_stages(cfg: MarkovTrainConfig, path: Path) -> list[list[float]]:

@@ -96,7 +96,8 @@ def test_stage_3_from_t2_at_the_quick_grid(tmp_path):
     issue's target; measured 1.014 and 1.04 on 2026-12-07), where the derived time map, which
     carries the O(q) split through the plateau, puts t_3 1.5x late (the figure's table: 1104
     against 725, duration 2.56x). Nothing was tuned on this point: the rule was written from the
-    stage-1 map before any stage-3 number was seen. About 5 minutes."""
+    stage-1 map before any stage-3 number was seen. About 5 minutes under the CLI's XLA flags,
+    several times that under the suite's LLVM -O0 (27 min beside the wiring test)."""
     cfg = MarkovTrainConfig(
         vocab=50,
         m=1.5,
