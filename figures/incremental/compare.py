@@ -27,7 +27,7 @@ from figures.core.figure import Figure
 from figures.core.options import FigureOptions, Flat
 from figures.core.output import stage_table
 from figures.core.verdicts import Prediction
-from figures.incremental import compare_cross_entropy, compare_regression
+from figures.incremental import compare_cross_entropy, compare_from_state, compare_regression
 from simulate.incremental.adam_moments import predicted_stage_one
 from simulate.incremental.markov_training import baseline_jobs
 from simulate.incremental.regression_training import RegressionConfig
@@ -43,6 +43,14 @@ class CompareConfig(FigureOptions):
 
     flow: Annotated[Seeds, Flat] = Seeds(seeds=3)
     """seeds of the gradient-flow runs (vmapped); the first seed is that of every run."""
+    from_state: bool = False
+    """also predict every stage k >= 2 of the AdamW student from its own state at its measured
+    t_{k-1}, and every stage a priori from its initial state: AdamW on expected moments (about
+    6 min more at --quick)."""
+    sgd: bool = False
+    """also train the student under SGD with momentum (lr 1, 20000 steps) against the same
+    baselines and predict its stages the same two ways: the heavy ball on the mean gradient
+    (about 35 min more at --quick)."""
 
     def regression(self, attention: str) -> RegressionConfig:
         full = attention == "full"
@@ -60,48 +68,79 @@ class CompareConfig(FigureOptions):
         )
 
 
+FROM_STATE = ("adamw", "sgd")
+"""the students whose stages may be predicted from their state (``CompareConfig``'s options)."""
+
+
 def compute(cfg: CompareConfig, run_dir: Path) -> tuple[xr.Dataset, dict]:
     # Every job side by side, one per CPU device, in one call: the markov row's student logs its
     # KL to the learned c-gram baselines and compares with the reduced system's predictions and
     # the expected-moment stage 1, so it starts once they have finished; the baselines, longest
-    # and first in the student's chain, go first, then the student's other needs, and the other
-    # jobs (the first-order split, the two regression rows) fill the devices meanwhile.
+    # and first in the student's chain, go first, then (with ``sgd``) the SGD student, the
+    # longest chain of all, then the student's other needs, and the other jobs (the first-order
+    # split, the two regression rows, the AdamW stages from the state) fill the devices.
     markov = compare_cross_entropy.markov_config(cfg.quick, cfg.flow.seed)
     baselines, training = baseline_jobs(markov, run_dir / "markov" / "baselines", quiet=cfg.quiet)
     jobs: list = list(training.values())
+    trained = tuple(range(len(jobs)))
+    from_state: dict[str, int] = {}
+    if cfg.sgd:
+        jobs.append(
+            After(
+                trained,
+                lambda *_: compare_from_state.train_sgd(
+                    run_dir / "markov", markov, cfg.quiet, baselines
+                ),
+            )
+        )
+        from_state["sgd"] = len(jobs)
+        jobs += [
+            After((len(jobs) - 1,), partial(compare_from_state.from_state, "sgd")),
+            After((len(jobs) - 1,), partial(compare_from_state.from_start, "sgd")),
+        ]
     # stage 1 from AdamW's expected moments needs only the c_1-gram baseline's level
     first = tuple(i for i, path in enumerate(training) if path == baselines[0])
-    stage_one, predict = len(jobs), len(jobs) + 1
+    stage_one = len(jobs)
+    ce_job = stage_one + 3
     attentions = ("positional", "full")
-    *_, first_order, ce, pos, full = run_side_by_side(
-        [
-            *jobs,
-            After(first, lambda *_: predicted_stage_one(markov, baselines)),
-            partial(compare_cross_entropy.reduced_predictions, markov),
-            partial(tangent_split, markov),
-            After(
-                (*range(len(jobs)), stage_one, predict),
-                lambda *done: compare_cross_entropy.compare(
-                    run_dir / "markov", markov, cfg.quiet, baselines, done[-1], done[-2]
-                ),
+    jobs += [
+        After(first, lambda *_: predicted_stage_one(markov, baselines)),
+        partial(compare_cross_entropy.reduced_predictions, markov),
+        partial(tangent_split, markov),
+        After(
+            (*trained, stage_one, stage_one + 1),
+            lambda *done: compare_cross_entropy.compare(
+                run_dir / "markov", markov, cfg.quiet, baselines, done[-1], done[-2]
             ),
-            *(
-                partial(
-                    compare_regression.compare,
-                    cfg.regression(attention),
-                    cfg.run_output(run_dir, f"regression-{attention}"),
-                    attention,
-                )
-                for attention in attentions
-            ),
+        ),
+        *(
+            partial(
+                compare_regression.compare,
+                cfg.regression(attention),
+                cfg.run_output(run_dir, f"regression-{attention}"),
+                attention,
+            )
+            for attention in attentions
+        ),
+    ]
+    if cfg.from_state:
+        from_state["adamw"] = len(jobs)
+        jobs += [
+            After((ce_job,), lambda ce: compare_from_state.from_state("adamw", Path(ce[1]["run"]))),
+            After((ce_job,), lambda ce: compare_from_state.from_start("adamw", Path(ce[1]["run"]))),
         ]
-    )
+    done = run_side_by_side(jobs)
+    first_order, ce, pos, full = done[ce_job - 1 : ce_job + 3]
     pieces, summary = [], {}
     for attention, (data, part) in zip(attentions, (pos, full), strict=True):
         pieces.append(data.rename(seed=f"{attention}_seed"))
         summary[f"regression_{attention}"] = part
     pieces.append(ce[0])
     summary["cross_entropy"] = compare_cross_entropy.with_first_order(ce[1], first_order)
+    for name, index in from_state.items():
+        (sequential, part), (start, a_priori) = done[index : index + 2]
+        pieces += [sequential, start]
+        summary[f"from_state_{name}"] = compare_from_state.with_start(part, a_priori)
     return xr.merge(pieces), summary
 
 
@@ -110,6 +149,12 @@ def predictions(summary: dict) -> list[Prediction]:
         *compare_regression.predictions(summary["regression_positional"], "positional"),
         *compare_regression.predictions(summary["regression_full"], "full"),
         *compare_cross_entropy.predictions(summary["cross_entropy"]),
+        *(
+            p
+            for name in FROM_STATE
+            if f"from_state_{name}" in summary
+            for p in compare_from_state.predictions(summary[f"from_state_{name}"], name)
+        ),
     ]
 
 
@@ -128,18 +173,31 @@ def report(summary: dict) -> str:
             f"max value-position norm {part['max_value_position_norm']:.3g}\n"
         )
     out.append(compare_cross_entropy.report(summary["cross_entropy"]))
+    out += [
+        compare_from_state.report(summary[f"from_state_{name}"], name)
+        for name in FROM_STATE
+        if f"from_state_{name}" in summary
+    ]
     return "\n".join(out)
 
 
 def plot(data: xr.Dataset, summary: dict):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 5, figsize=(22, 12.5))
+    parts = {n: summary[f"from_state_{n}"] for n in FROM_STATE if f"from_state_{n}" in summary}
+    rows = 4 if parts else 3
+    fig, axes = plt.subplots(rows, 5, figsize=(22, 4.2 * rows))
     for ax in axes[:2, 4]:
         ax.set_visible(False)  # the fifth panel belongs to the cross-entropy row
     _regression_row(axes[0], data, summary["regression_positional"], "positional")
     _regression_row(axes[1], data, summary["regression_full"], "full")
     compare_cross_entropy.plot_row(axes[2], data, summary["cross_entropy"])
+    if parts:
+        for ax, (name, part) in zip(axes[3], parts.items()):
+            compare_from_state.plot_loss(ax, data, part, name)
+        compare_from_state.plot_durations(axes[3, len(parts)], parts)
+        for ax in axes[3, len(parts) + 1 :]:
+            ax.set_visible(False)
     fig.suptitle(
         "Reduced head system against training: predicted (dashed) and measured (solid) stages"
     )

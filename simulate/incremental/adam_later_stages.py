@@ -5,9 +5,9 @@ t_{k-1} (issue 17 items 1 and 4; spec incremental.md §5.8 ladder, §7).
 By t_2 of the quick runs every two heads are apart or about to be (``APART_RULE``), so what is
 left of stage 3 is no longer a symmetry broken by an O(q) difference (the first-order split and
 the reduced system's time map do not reach it: README, "Stage boundaries through a derived time
-map"). The map replaces the minibatch gradient in AdamW's first moment by its mean over a fixed
-pool of fresh teacher sequences and its square in the second moment by the expected square, so
-it is deterministic and fits nothing; here it starts from the parameters and both AdamW moments
+map"). The map replaces the minibatch gradient in AdamW's first moment by its mean over a pool
+of fresh teacher sequences drawn anew each step and its square in the second moment by the
+expected square, so it fits nothing; here it starts from the parameters and both AdamW moments
 the run has at t_{k-1} (the run replayed on its own minibatches,
 ``plateau_splitting.states_at``), which is what a user who monitors a run has at that step.
 Stage k is then the ladder step k (``markov_training.LADDER_RULE``) of the map's KL to the
@@ -23,11 +23,11 @@ from typing import cast
 
 import equinox as eqx
 import numpy as np
-import optax
 
 from simulate.incremental.adam_moments import (
     CHUNK,
     POOL,
+    adamw_moments,
     check_expected_moments,
     expected_moment_map,
 )
@@ -78,17 +78,12 @@ def sequential_stage(
     horizon = cfg.steps if horizon is None else horizon
     require(horizon >= CHUNK, "horizon", horizon, f"at least {CHUNK} steps of the map")
     ((model, state),) = list(states_at(cfg, [start]))
-    # AdamW's moments are trees of the model's arrays, its step count a leaf beside them
-    mu, nu = (
-        eqx.partition(optax.tree_utils.tree_get(state, name), eqx.is_inexact_array)[0]
-        for name in ("mu", "nu")
-    )
     data = markov_data(cfg)
     window = data.task.window
     reference = _references(data.task, data.A, data.validation).astype(cfg.dtype)
     model = cast(MinimalTransformer, model)
     steps, kl = [start], [np.asarray(_ladder_kl(model, window, data.validation, reference))]
-    for step, now, _ in expected_moment_map(cfg, model, (mu, nu), start):
+    for step, now, _ in expected_moment_map(cfg, model, adamw_moments(state), start):
         steps.append(step)
         kl.append(np.asarray(_ladder_kl(now, window, data.validation, reference)))
         if _held(kl, k) or step - start >= horizon:

@@ -135,27 +135,42 @@ def context_logits(
 ) -> jax.Array:
     """Teacher logits l/tau for contexts ``context`` (..., w) of tokens ordered x_{t-1}..x_{t-w},
     keeping the ``blocks`` most important blocks (all by default): the truncated teacher."""
+    return rows_logits(teacher_rows(setting, A, blocks), context)
+
+
+def teacher_rows(setting: MarkovSetting, A: jax.Array, blocks: int | None = None) -> jax.Array:
+    """rows[i, x] = sum_k W[k, i] A_k[:, x] / tau (w, d, d): what token x at lag i + 1 adds to the
+    teacher's logits (A_k x is a column of A_k), over the ``blocks`` most important blocks."""
     W = jnp.asarray(setting.lag_weights())
     order = np.argsort(-setting.importances(), kind="stable")
     keep = np.zeros(setting.h)
     keep[order[: setting.h if blocks is None else blocks]] = 1.0
-    # rows[i, x] = sum_k W[k, i] A_k[:, x] / tau, what token x at lag i + 1 adds to the logits
-    # (A_k x is a column of A_k): a gather per context instead of one-hot products
-    rows = jnp.einsum("kw,kax->wxa", W * keep[:, None], A) / setting.tau
-    return jnp.sum(rows[jnp.arange(setting.window), context], axis=-2)
+    return jnp.einsum("kw,kax->wxa", W * keep[:, None], A) / setting.tau
+
+
+def rows_logits(rows: jax.Array, context: jax.Array) -> jax.Array:
+    """The teacher's logits from its ``teacher_rows`` for contexts (..., w): a gather per context
+    instead of one-hot products."""
+    return jnp.sum(rows[jnp.arange(rows.shape[0]), context], axis=-2)
 
 
 def sample_sequences(setting: MarkovSetting, A: jax.Array, key: jax.Array, n: int) -> jnp.ndarray:
     """n sequences (n x (w + generated)) of token ids."""
+    return sample_from_rows(teacher_rows(setting, A), key, n, setting.generated)
+
+
+def sample_from_rows(rows: jax.Array, key: jax.Array, n: int, generated: int) -> jnp.ndarray:
+    """``sample_sequences`` from the teacher's ``teacher_rows``: a program that takes the teacher
+    as an array serves every teacher of one shape."""
+    window, vocab = rows.shape[0], rows.shape[1]
     k_prefix, k_gen = jax.random.split(key)
-    prefix = jax.random.randint(k_prefix, (n, setting.window), 0, setting.vocab)
+    prefix = jax.random.randint(k_prefix, (n, window), 0, vocab)
 
     def step(recent, k):  # recent: (n, w), most recent last
-        logits = context_logits(setting, A, recent[:, ::-1])
-        token = jax.random.categorical(k, logits)
+        token = jax.random.categorical(k, rows_logits(rows, recent[:, ::-1]))
         return jnp.concatenate([recent[:, 1:], token[:, None]], axis=1), token
 
-    _, tokens = jax.lax.scan(step, prefix, jax.random.split(k_gen, setting.generated))
+    _, tokens = jax.lax.scan(step, prefix, jax.random.split(k_gen, generated))
     return jnp.concatenate([prefix, tokens.T], axis=1)
 
 
