@@ -253,7 +253,7 @@ def plot_durations(ax, parts: dict[str, dict]) -> None:
         xscale="log",
         yscale="log",
         xlabel="measured duration $t_k - t_{k-1}$ (steps)",
-        ylabel="from the state at $t_{k-1}$ (steps)",
+        ylabel="predicted duration (steps)",
         title="stage durations: filled from the state, hollow a priori",
     )
     ax.legend(fontsize=7)
