@@ -50,7 +50,7 @@ class CompareConfig(FigureOptions):
     sgd: bool = False
     """also train the student under SGD with momentum (lr 1, 20000 steps) against the same
     baselines and predict its stages the same two ways: the heavy ball on the mean gradient
-    (about 35 min more at --quick)."""
+    (48 min for the whole command at --quick, measured beside other work)."""
 
     def regression(self, attention: str) -> RegressionConfig:
         full = attention == "full"
