@@ -45,8 +45,8 @@ class CompareConfig(FigureOptions):
     """seeds of the gradient-flow runs (vmapped); the first seed is that of every run."""
     from_state: bool = False
     """also predict every stage k >= 2 of the AdamW student from its own state at its measured
-    t_{k-1}, and every stage a priori from its initial state: AdamW on expected moments (about
-    6 min more at --quick)."""
+    t_{k-1}, and every stage a priori from its initial state: AdamW on expected moments (at
+    --quick about 700 map steps each way, 2048 per-sequence gradients a step)."""
     sgd: bool = False
     """also train the student under SGD with momentum (lr 1, 20000 steps) against the same
     baselines and predict its stages the same two ways: the heavy ball on the mean gradient
