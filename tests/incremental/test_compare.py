@@ -63,8 +63,7 @@ def test_compare_incremental_quick(tmp_path, capsys):
 def test_compare_incremental_quick_stages_from_the_state_and_a_priori(tmp_path):
     """``--from-state``: the AdamW student's stages 2 and 3 from its own state at the measured
     t_{k-1} and a priori from its initial state, every duration within the issue's 25% (measured
-    2026-12-08 under the CLI: see the README's table). Several times its CLI wall under the
-    suite's LLVM -O0."""
+    2026-12-08 under the CLI: see the README's table). 15 min under the suite's LLVM -O0."""
     args = ["compare", "incremental", "--quick", "--from-state", "--quiet", "--out", str(tmp_path)]
     assert main(args) == 0
     part = read_summary(tmp_path / "compare-incremental")["from_state_adamw"]
