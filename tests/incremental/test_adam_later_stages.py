@@ -15,22 +15,10 @@ from simulate.incremental.markov_training import MarkovTrainConfig, ladder_steps
 from simulate.incremental.training_stages import stored_stage_boundaries
 from simulate.runner import RunOutput
 from simulate.store import load
+from tests.incremental.small_chain import SINGLETON_LAGS
 from theory.validation import ConfigError
 
-SMALL = MarkovTrainConfig(
-    vocab=20,
-    blocks=(1, 1, 1),
-    generated=4,
-    heads=3,
-    precision="float64",
-    batch=256,
-    validation=256,
-    steps=400,
-    log_every=5,
-    chunk=400,
-    query_scale=1e-3,
-)
-"""three singleton lags, d = 20: its ladder reaches stage 3 (t_2 = 40, t_3 = 220) in 5 s."""
+SMALL = SINGLETON_LAGS
 
 
 def test_refuses_stages_and_steps_it_has_no_rule_for():

@@ -37,24 +37,11 @@ from simulate.incremental.stages_from_state import stage_from_state, stages_from
 from simulate.measure.stages import first_crossing, midpoints
 from simulate.runner import RunOutput
 from simulate.store import load
+from tests.incremental.small_chain import SINGLETON_LAGS
 from theory.validation import ConfigError
 
-SMALL = MarkovTrainConfig(
-    vocab=20,
-    blocks=(1, 1, 1),
-    generated=4,
-    heads=3,
-    precision="float64",
-    optimizer="sgd",
-    lr=1.0,
-    batch=256,
-    validation=256,
-    steps=400,
-    log_every=5,
-    chunk=400,
-    query_scale=1e-3,
-)
-"""three singleton lags, d = 20, SGD with momentum 0.9."""
+SMALL = replace(SINGLETON_LAGS, optimizer="sgd", lr=1.0)
+"""the small chain under SGD with momentum 0.9."""
 
 
 def _levels(cfg: MarkovTrainConfig) -> list[float]:
